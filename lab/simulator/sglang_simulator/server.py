@@ -1,0 +1,531 @@
+"""The simulated SGLang server process: start-up sequence, faults and HTTP API.
+
+Start-up follows SGLang's order and log lines: parse arguments, init torch
+distributed on each rank's GPU, load the weights, size the pools, capture CUDA
+graphs, load the draft model (before 0.5.15), then bind HTTP (connection
+refused until then), answer /v1/models at once, run the warmup generation and
+only then answer /health with 200 ("The server is fired up and ready to roll!").
+
+Failures are SGLang's: a pool that does not fit logs the pool error and the
+process is killed through SGLang's "sigquit from a child" path (systemd sees
+``Result: signal``); an out-of-memory while loading the draft on a
+multi-rank server, or while capturing CUDA graphs, leaves the process alive and
+never listening (the other ranks wait forever); a CUDA library that the build
+loads lazily and the host lacks kills the process on the first client request,
+after /health passed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import uuid
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from . import hardware as hw
+from . import memory
+from . import model as model_mod
+from .args import ArgumentValidationError, build_parser, ddtree_build_installed, server_config, validate
+from .versions import DEFAULT_VERSION, Release, release as make_release
+
+# Libraries every SGLang start loads (sgl_kernel imports need the driver library).
+STARTUP_LIBRARIES = ("libcuda.so.1",)
+AUTH_EXEMPT = ("/health", "/health_generate", "/ready", "/metrics")
+WORDS = (
+    "the model answers with a steady stream of plain words so that every request "
+    "returns the same text for the same prompt and the readiness gate can check "
+    "that tokens really came back from a working server"
+).split()
+ACCEPT_LENGTH = {"NEXTN": 2.71, "EAGLE": 2.71, "EAGLE3": 3.12, "DFLASH": 4.36, "DDTREE": 5.41}
+
+
+def emulated_version() -> str:
+    try:
+        from sglang.version import __version__  # the simulator wheel's own version
+
+        return __version__
+    except ImportError:
+        return os.environ.get("SGLANG_SIM_VERSION", DEFAULT_VERSION)
+
+
+def _stamp(rank: int | None = None) -> str:
+    now = time.strftime("%Y-%m-%d %H:%M:%S")
+    return f"[{now} TP{rank}]" if rank is not None else f"[{now}]"
+
+
+def log(message: str, rank: int | None = None) -> None:
+    for line in message.splitlines() or [""]:
+        sys.stdout.write(f"{_stamp(rank)} {line}\n")
+    sys.stdout.flush()
+
+
+def lazy_libraries(algorithm: str | None) -> list[str]:
+    """CUDA libraries the speculative build opens on its first real decode.
+    The DDTree build declares them in its ddtree_utils module."""
+    if algorithm != "DDTREE":
+        return []
+    try:
+        from sglang.srt.speculative import ddtree_utils  # type: ignore[import-not-found]
+    except ImportError:
+        return []
+    return list(getattr(ddtree_utils, "CUDA_LIBRARIES", []))
+
+
+def cdll_traceback(library: str, where: str) -> str:
+    return (
+        "Traceback (most recent call last):\n"
+        f'  File "{where}", line 58, in _load_tree_kernels\n'
+        "    _lib = ctypes.CDLL(path)\n"
+        '  File "/usr/lib/python3.11/ctypes/__init__.py", line 376, in __init__\n'
+        "    self._handle = _dlopen(self._name, mode)\n"
+        f"OSError: {library}: cannot open shared object file: No such file or directory"
+    )
+
+
+def oom_text(need_gib: float, free_gib: float, total_gib: float, gpu: int) -> str:
+    in_use = max(total_gib - free_gib, 0.0)
+    return (
+        f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {need_gib:.2f} GiB. "
+        f"GPU {gpu} has a total capacity of {total_gib:.2f} GiB of which {free_gib * 1024:.2f} MiB is free. "
+        f"Including non-PyTorch memory, this process has {in_use:.2f} GiB memory in use. "
+        f"Of the allocated memory {in_use * 0.98:.2f} GiB is allocated by PyTorch, and "
+        f"{in_use * 0.02 * 1024:.2f} MiB is reserved by PyTorch but unallocated. If reserved but "
+        "unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+        "to avoid fragmentation.  See documentation for Memory Management  "
+        "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
+    )
+
+
+class Simulator:
+    """One simulated server process."""
+
+    def __init__(self, argv: list[str], prog: str) -> None:
+        self.release: Release = make_release(emulated_version())
+        self.ddtree = ddtree_build_installed()
+        parser = build_parser(self.release, prog, self.ddtree)
+        self.args = parser.parse_args(argv)  # exits 2 with argparse's message
+        self.hardware: hw.Hardware | None = None
+        self.ledger = hw.Ledger(name=f"sglang::scheduler ({self.args.model_path})")
+        self.ready = threading.Event()
+        self.crashed = threading.Event()
+        self.lock = threading.Lock()
+        self.client_requests = 0
+        self.plan: memory.MemoryPlan | None = None
+        self.served_name = self.args.served_model_name or self.args.model_path
+        self.context_len = 0
+        self.num_draft_tokens = 0
+
+    # -- time -----------------------------------------------------------------
+    def sleep(self, seconds: float) -> None:
+        scale = self.hardware.time_scale if self.hardware else 1.0
+        time.sleep(max(0.0, seconds * scale))
+
+    # -- ways to end ----------------------------------------------------------
+    def die(self, traceback_text: str, rank: int = 0) -> None:
+        """SGLang's crash path: the scheduler logs the exception, the parent gets
+        SIGQUIT and kills its process tree (the unit ends with Result: signal)."""
+        self.crashed.set()
+        log("Scheduler hit an exception: " + traceback_text, rank)
+        log("Received sigquit from a child process. It usually means the child failed.")
+        sys.stdout.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def hang(self, lines: str, rank: int) -> None:
+        """A rank failed while the others wait in a collective: alive, never serving."""
+        log(lines, rank)
+        while True:
+            time.sleep(3600)
+
+    # -- start-up -------------------------------------------------------------
+    def start(self) -> None:
+        try:
+            warnings = validate(self.release, self.args, self.ddtree)
+        except ArgumentValidationError as exc:
+            log(f"Traceback (most recent call last):\n  File \"sglang/srt/server_args.py\", in __post_init__\n{exc}")
+            sys.exit(1)
+        for warning in warnings:
+            log(f"WARNING: {warning}")
+        log(f"server_args=ServerArgs({', '.join(f'{k}={v!r}' for k, v in sorted(vars(self.args).items()) if k != 'api_key')}, api_key={'***' if self.args.api_key else None})")
+        log(f"SGLang {self.release.text} (sglang-simulator: a test double, not SGLang)")
+        try:
+            self.hardware = hw.load()
+        except hw.HardwareError as exc:
+            log(f"RuntimeError: {exc}")
+            sys.exit(1)
+        for library in STARTUP_LIBRARIES:
+            if library not in self.hardware.cuda_libraries:
+                log(cdll_traceback(library, "sgl_kernel/load_utils.py").replace("_load_tree_kernels", "_load_architecture_specific_ops"))
+                log("ImportError: Could not load any common_ops library!")
+                sys.exit(1)
+        try:
+            target = model_mod.load(self.args.model_path)
+            draft = model_mod.load(self.args.speculative_draft_model_path) if self.args.speculative_draft_model_path else None
+        except model_mod.ModelPathError as exc:
+            log("Traceback (most recent call last):\n  File \"sglang/srt/configs/model_config.py\", in __init__\n" + str(exc))
+            sys.exit(1)
+        self.context_len = self.args.context_length or target.max_position_embeddings
+        if self.context_len > target.max_position_embeddings:
+            log(
+                f"ValueError: User-specified context_length ({self.context_len}) is greater than the derived "
+                f"context_length ({target.max_position_embeddings}). This may lead to incorrect model outputs "
+                "or CUDA errors. Set SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 to allow it."
+            )
+            sys.exit(1)
+
+        ranks = self._rank_gpus()
+        cfg = server_config(self.release, self.args)
+        self.num_draft_tokens = cfg.num_draft_tokens or memory.default_num_draft_tokens(cfg.speculative_algorithm, draft)
+        log("Init torch distributed begin.", 0)
+        self.sleep(2)
+        for rank, gpu in enumerate(ranks):
+            if gpu.lost:
+                self.die(
+                    "Traceback (most recent call last):\n"
+                    '  File "sglang/srt/model_executor/model_runner.py", in init_torch_distributed\n'
+                    "    torch.get_device_module(self.device).set_device(self.gpu_id)\n"
+                    "RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable\n"
+                    "CUDA kernel errors might be asynchronously reported at some other API call, so the "
+                    "stacktrace below might be incorrect.\n"
+                    "For debugging consider passing CUDA_LAUNCH_BLOCKING=1\n"
+                    "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.",
+                    rank,
+                )
+        free_mib = min(
+            gpu.memory_total_mib - hw.CUDA_CONTEXT_MIB - hw.used_mib(gpu.index, exclude_pid=os.getpid())
+            for gpu in ranks
+        )
+        total_mib = min(gpu.memory_total_mib for gpu in ranks)
+        log(f"Init torch distributed ends. elapsed=2.00 s, mem usage={hw.CUDA_CONTEXT_MIB / 1024:.2f} GB", 0)
+        for gpu in ranks:
+            self.ledger.hold(gpu.index, hw.CUDA_CONTEXT_MIB)
+
+        log(f"Load weight begin. avail mem={free_mib / 1024:.2f} GB", 0)
+        weights_gib = target.weight_bytes / self.args.tp_size / memory.GIB
+        if weights_gib > free_mib / 1024:
+            self.die(
+                "Traceback (most recent call last):\n"
+                '  File "sglang/srt/model_loader/loader.py", in load_weights_and_postprocess\n'
+                + oom_text(weights_gib, free_mib / 1024, total_mib / 1024, ranks[0].index)
+            )
+        self.sleep(weights_gib / 2.0 + 4)  # about 2 GiB/s from local NVMe
+        for gpu in ranks:
+            self.ledger.hold(gpu.index, weights_gib * 1024)
+        log(
+            f"Load weight end. elapsed={weights_gib / 2.0 + 4:.2f} s, type={target.architecture}, "
+            f"dtype=torch.{target.dtype}, avail mem={free_mib / 1024 - weights_gib:.2f} GB, mem usage={weights_gib:.2f} GB.",
+            0,
+        )
+        try:
+            plan = memory.plan(self.release, target, draft, cfg, total_mib, free_mib)
+        except memory.PoolSizingError as exc:
+            self.sleep(1)
+            self.die(
+                "Traceback (most recent call last):\n"
+                '  File "sglang/srt/managers/scheduler.py", in run_scheduler_process\n'
+                '  File "sglang/srt/model_executor/model_runner.py", in init_memory_pool\n'
+                '  File "sglang/srt/model_executor/pool_configurator.py", in __post_init__\n'
+                f"{exc}"
+            )
+            return
+        self.plan = plan
+        self._log_pools(plan)
+        for gpu in ranks:
+            self.ledger.hold(gpu.index, (plan.kv_gib + plan.mamba_gib + plan.mamba_intermediate_gib) * 1024)
+        free_gib = plan.headroom_gib
+        log(f"Memory pool end. avail mem={free_gib:.2f} GB", 0)
+        self._run_dynamic_stages(plan, ranks, total_mib)
+        log(
+            f"max_total_num_tokens={plan.max_total_tokens}, chunked_prefill_size={plan.chunked_prefill_size}, "
+            f"max_prefill_tokens=16384, max_running_requests={plan.max_running_requests}, "
+            f"context_len={self.context_len}, available_gpu_mem={self._free_after(plan):.2f} GB",
+            0,
+        )
+        self.serve()
+
+    def _rank_gpus(self) -> list[hw.Gpu]:
+        assert self.hardware is not None
+        visible_env = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if visible_env is None or visible_env.strip() == "":
+            visible = [g.index for g in self.hardware.gpus]
+        else:
+            visible = [int(x) for x in visible_env.split(",") if x.strip()]
+        gpus = []
+        for index in visible:
+            try:
+                gpus.append(self.hardware.gpu(index))
+            except KeyError:
+                continue
+        if self.args.tp_size > len(gpus):
+            log(
+                "Traceback (most recent call last):\n"
+                '  File "sglang/srt/model_executor/model_runner.py", in init_torch_distributed\n'
+                "torch.AcceleratorError: CUDA error: invalid device ordinal\n"
+                "GPU device may be out of range, do you have enough GPUs?",
+                len(gpus),
+            )
+            sys.exit(1)
+        return gpus[: self.args.tp_size]
+
+    def _log_pools(self, plan: memory.MemoryPlan) -> None:
+        if plan.mamba_slots:
+            log(
+                f"Mamba Cache is allocated. max_mamba_cache_size: {plan.mamba_slots}, "
+                f"conv_state size: {plan.mamba_gib * 0.02:.2f}GB, ssm_state size: {plan.mamba_gib * 0.98:.2f}GB "
+                + (f"intermediate_ssm_state_cache size: {plan.mamba_intermediate_gib:.2f}GB " if plan.mamba_intermediate_gib else ""),
+                0,
+            )
+        half = plan.kv_gib / 2
+        log(f"KV Cache is allocated. #tokens: {plan.max_total_tokens}, K size: {half:.2f} GB, V size: {half:.2f} GB", 0)
+
+    def _free_after(self, plan: memory.MemoryPlan) -> float:
+        return plan.headroom_gib - sum(s.gib for s in plan.dynamic)
+
+    def _run_dynamic_stages(self, plan: memory.MemoryPlan, ranks: list[hw.Gpu], total_mib: int) -> None:
+        free = plan.headroom_gib
+        tp = len(ranks)
+        for stage in plan.dynamic:
+            if stage.name in ("cuda_graph", "draft_cuda_graph"):
+                log(f"Capture cuda graph begin. This can take up to several minutes. avail mem={free:.2f} GB", 0)
+                self.sleep(6)
+            elif stage.name == "draft_weights":
+                log(f"Load weight begin. avail mem={free:.2f} GB", 0)
+                self.sleep(stage.gib / 2.0 + 2)
+            if stage.name == plan.failed_stage:
+                self._fail_stage(stage, free, total_mib, ranks, tp)
+            free -= stage.gib
+            for gpu in ranks:
+                self.ledger.hold(gpu.index, stage.gib * 1024)
+            if stage.name in ("cuda_graph", "draft_cuda_graph"):
+                log(f"Capture cuda graph end. Time elapsed: 6.00 s. mem usage={stage.gib:.2f} GB. avail mem={free:.2f} GB.", 0)
+            elif stage.name == "draft_weights":
+                log(f"Load weight end. type=DraftModel, dtype=torch.bfloat16, avail mem={free:.2f} GB, mem usage={stage.gib:.2f} GB.", 0)
+
+    def _fail_stage(self, stage: memory.Stage, free: float, total_mib: int, ranks: list[hw.Gpu], tp: int) -> None:
+        oom = oom_text(stage.gib, max(free, 0.0), total_mib / 1024, ranks[-1].index)
+        if stage.name in ("cuda_graph", "draft_cuda_graph"):
+            # Known SGLang behaviour: a CUDA graph OOM can hang instead of exiting.
+            self.hang(
+                "Capture cuda graph failed: " + oom + "\n"
+                "Possible solutions:\n"
+                "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
+                "2. set --cuda-graph-max-bs to a smaller value (e.g., 16)\n"
+                "3. disable torch compile by not using --enable-torch-compile\n"
+                "4. disable CUDA graph by --disable-cuda-graph. (Not recommended. Huge performance loss)\n"
+                "Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose ",
+                tp - 1,
+            )
+        text = (
+            "Traceback (most recent call last):\n"
+            '  File "sglang/srt/speculative/dflash_worker.py", in __init__\n'
+            '  File "sglang/srt/model_executor/model_runner.py", in load_model\n' + oom
+        )
+        if stage.name in ("draft_weights", "draft_kv_pool") and tp > 1:
+            # One rank raised; the others block in NCCL waiting for it.
+            self.hang("Scheduler hit an exception: " + text, tp - 1)
+        self.die(text, tp - 1)
+
+    # -- serving --------------------------------------------------------------
+    def serve(self) -> None:
+        handler = make_handler(self)
+        try:
+            httpd = ThreadingHTTPServer((self.args.host, self.args.port), handler)
+        except OSError as exc:
+            log(
+                f"ERROR:    [Errno {exc.errno}] error while attempting to bind on address "
+                f"('{self.args.host}', {self.args.port}): {exc.strerror.lower() if exc.strerror else exc}"
+            )
+            self.ledger.release()
+            sys.exit(1)
+        httpd.daemon_threads = True
+        self.httpd = httpd
+        log("INFO:     Started server process [%d]" % os.getpid())
+        log("INFO:     Waiting for application startup.")
+        log("INFO:     Application startup complete.")
+        log(f"INFO:     Uvicorn running on http://{self.args.host}:{self.args.port} (Press CTRL+C to quit)")
+        threading.Thread(target=self._warmup, daemon=True).start()
+        httpd.serve_forever(poll_interval=0.2)
+
+    def _warmup(self) -> None:
+        if self.args.skip_server_warmup:
+            self.ready.set()
+            return
+        self.sleep(3)
+        self.generate("The capital city of France is", 8, client=False)
+        log('INFO:     127.0.0.1:0 - "POST /generate HTTP/1.1" 200 OK')
+        self.ready.set()
+        log("The server is fired up and ready to roll!")
+
+    def generate(self, prompt: str, max_new_tokens: int, client: bool = True) -> dict:
+        algorithm = self.args.speculative_algorithm
+        if client:
+            with self.lock:
+                self.client_requests += 1
+                first = self.client_requests == 1
+            if first:
+                assert self.hardware is not None
+                for library in lazy_libraries(algorithm):
+                    if library not in self.hardware.cuda_libraries:
+                        self.die(cdll_traceback(library, "sglang/srt/speculative/ddtree_utils.py"))
+        digest = hashlib.sha256(prompt.encode("utf-8")).digest()
+        count = max(1, int(max_new_tokens))
+        words = [WORDS[(digest[i % len(digest)] + i) % len(WORDS)] for i in range(count)]
+        text = " " + " ".join(words)
+        accept = ACCEPT_LENGTH.get(algorithm or "", 1.0)
+        self.sleep(count * 0.02 / accept)
+        meta = {
+            "id": uuid.uuid4().hex,
+            "finish_reason": {"type": "length", "length": count},
+            "prompt_tokens": max(1, len(prompt.split())),
+            "completion_tokens": count,
+            "cached_tokens": 0,
+            "e2e_latency": round(count * 0.02 / accept, 4),
+        }
+        if algorithm:
+            verify = max(1, round(count / accept))
+            draft_tokens = self.num_draft_tokens or 4
+            meta.update(
+                spec_accept_rate=round((accept - 1) / max(1, draft_tokens - 1), 4),
+                spec_accept_length=accept,
+                spec_verify_ct=verify,
+            )
+        return {"text": text, "output_ids": list(range(count)), "meta_info": meta}
+
+
+def make_handler(sim: Simulator):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        server_version = "uvicorn"
+        sys_version = ""
+
+        def log_message(self, format: str, *args) -> None:  # noqa: A002 - http.server API
+            log(f'INFO:     {self.client_address[0]}:{self.client_address[1]} - "{self.requestline}" {args[1] if len(args) > 1 else ""}')
+
+        def _send(self, status: int, body: object | None = None) -> None:
+            data = b"" if body is None else json.dumps(body).encode("utf-8")
+            self.send_response(status, HTTPStatus(status).phrase)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _authorized(self) -> bool:
+            path = self.path.split("?", 1)[0]
+            if not sim.args.api_key or path in AUTH_EXEMPT:
+                return True
+            header = self.headers.get("Authorization", "")
+            return header == f"Bearer {sim.args.api_key}"
+
+        def _body(self) -> dict:
+            length = int(self.headers.get("content-length") or 0)
+            raw = self.rfile.read(length) if length else b"{}"
+            try:
+                data = json.loads(raw or b"{}")
+            except json.JSONDecodeError:
+                return {}
+            return data if isinstance(data, dict) else {}
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server API
+            path = self.path.split("?", 1)[0]
+            if not self._authorized():
+                self._send(401, {"error": "Unauthorized"})
+                return
+            if path == "/v1/models":
+                self._send(200, {"object": "list", "data": [self._model_card()]})
+            elif path in ("/health", "/health_generate"):
+                self._send(200 if sim.ready.is_set() else 503)
+            elif path == "/ready" and sim.release.has_ready_endpoint:
+                self._send(200 if sim.ready.is_set() else 503, {"status": "ok" if sim.ready.is_set() else "starting"})
+            elif path in ("/model_info", "/get_model_info"):
+                self._send(200, {"model_path": sim.args.model_path, "tokenizer_path": sim.args.model_path, "is_generation": True})
+            elif path in ("/server_info", "/get_server_info"):
+                info = {k: v for k, v in vars(sim.args).items() if k != "api_key"}
+                info.update(version=sim.release.text, simulator=True)
+                if sim.plan:
+                    info.update(max_total_num_tokens=sim.plan.max_total_tokens, max_running_requests=sim.plan.max_running_requests)
+                self._send(200, info)
+            else:
+                self._send(404, {"detail": "Not Found"})
+
+        def do_POST(self) -> None:  # noqa: N802 - http.server API
+            path = self.path.split("?", 1)[0]
+            if not self._authorized():
+                self._send(401, {"error": "Unauthorized"})
+                return
+            body = self._body()
+            if path == "/generate":
+                params = body.get("sampling_params") or {}
+                text = body.get("text") or ""
+                self._send(200, sim.generate(str(text), int(params.get("max_new_tokens", 128))))
+            elif path == "/v1/completions":
+                result = sim.generate(str(body.get("prompt") or ""), int(body.get("max_tokens") or 16))
+                self._send(200, self._openai(result, "text_completion", {"index": 0, "text": result["text"], "logprobs": None, "finish_reason": "length", "matched_stop": None}))
+            elif path == "/v1/chat/completions":
+                messages = body.get("messages") or []
+                prompt = " ".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
+                result = sim.generate(prompt, int(body.get("max_tokens") or body.get("max_completion_tokens") or 16))
+                choice = {"index": 0, "message": {"role": "assistant", "content": result["text"].strip(), "reasoning_content": None, "tool_calls": None}, "logprobs": None, "finish_reason": "length", "matched_stop": None}
+                self._send(200, self._openai(result, "chat.completion", choice))
+            elif path == "/flush_cache":
+                self._send(200)
+            else:
+                self._send(404, {"detail": "Not Found"})
+
+        def _model_card(self) -> dict:
+            return {
+                "id": sim.served_name,
+                "object": "model",
+                "created": int(time.time()),
+                "owned_by": "sglang",
+                "root": sim.served_name,
+                "parent": None,
+                "max_model_len": sim.context_len,
+            }
+
+        def _openai(self, result: dict, kind: str, choice: dict) -> dict:
+            meta = result["meta_info"]
+            return {
+                "id": meta["id"],
+                "object": kind,
+                "created": int(time.time()),
+                "model": sim.served_name,
+                "choices": [choice],
+                "usage": {
+                    "prompt_tokens": meta["prompt_tokens"],
+                    "total_tokens": meta["prompt_tokens"] + meta["completion_tokens"],
+                    "completion_tokens": meta["completion_tokens"],
+                    "prompt_tokens_details": None,
+                },
+            }
+
+    return Handler
+
+
+def main(argv: list[str] | None = None, prog: str = "launch_server.py") -> None:
+    sim = Simulator(sys.argv[1:] if argv is None else argv, prog)
+
+    def stop(signum: int, _frame: object) -> None:
+        log(f"Received signal {signum}; shutting down (releasing GPU memory).")
+        sim.sleep(2)  # the driver frees memory a moment after the process ends
+        sim.ledger.release()
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        sim.start()
+    finally:
+        if not sim.crashed.is_set():
+            sim.ledger.release()
+
+
+def port_open(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex((host, port)) == 0

@@ -1,0 +1,3 @@
+"""Emulated SGLang version (rewritten by build_wheel.py)."""
+
+__version__ = "0.5.11+simulator"
