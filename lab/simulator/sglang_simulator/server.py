@@ -321,9 +321,10 @@ class Simulator:
                 "Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose ",
                 tp - 1,
             )
+        worker = "dflash_worker.py" if self.args.speculative_algorithm in memory.DFLASH_FAMILY else "eagle_worker.py"
         text = (
             "Traceback (most recent call last):\n"
-            '  File "sglang/srt/speculative/dflash_worker.py", in __init__\n'
+            f'  File "sglang/srt/speculative/{worker}", in __init__\n'
             '  File "sglang/srt/model_executor/model_runner.py", in load_model\n' + oom
         )
         if stage.name in ("draft_weights", "draft_kv_pool") and tp > 1:

@@ -1,0 +1,106 @@
+"""The simulator's pool sizing against SGLang's formulas, on the field story's numbers."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import MODELS
+from sglang_simulator import memory, model, versions
+
+TARGET = model.load(str(MODELS / "Qwen3.6-27B"))
+DRAFT = model.load(str(MODELS / "Qwen3.6-27B-DFlash"))
+A6000_MIB = 49140
+FREE_MIB = A6000_MIB - 500
+V0511 = versions.release("0.5.11")
+
+
+def test_model_reading():
+    assert TARGET.full_attention_layers == 16 and TARGET.linear_attention_layers == 48
+    assert TARGET.weight_bytes == 55_560_000_000
+    assert (TARGET.num_kv_heads, TARGET.head_dim) == (4, 256)
+    assert DRAFT.block_size == 16 and DRAFT.num_layers == 5
+
+
+def test_gated_deltanet_state_per_request_matches_sglang_shapes():
+    # conv: (48*128 + 2*16*128)/tp * (4-1) bf16; ssm: 48/tp * 128 * 128 float32; 48 layers
+    assert memory.mamba_per_request_bytes(TARGET, 2) == ((10240 // 2) * 3 * 2 + 24 * 128 * 128 * 4) * 48
+    assert memory.mamba_per_request_bytes(TARGET, 4) == ((10240 // 4) * 3 * 2 + 12 * 128 * 128 * 4) * 48
+
+
+def test_kv_cell_counts_only_full_attention_layers():
+    assert memory.kv_cell_bytes(TARGET, 2) == 2 * 512 * 16 * 2
+    assert memory.kv_cell_bytes(TARGET, 8) == 1 * 512 * 16 * 2  # at least one KV head per rank
+
+
+def plan(tp=2, version=V0511, free=FREE_MIB, **kw):
+    draft = DRAFT if kw.get("speculative_algorithm") in ("DDTREE", "DFLASH") else None
+    return memory.plan(version, TARGET, draft, memory.ServerConfig(tp_size=tp, **kw), A6000_MIB, free)
+
+
+NEXTN = dict(speculative_algorithm="NEXTN", mem_fraction_static=0.88, context_length=131072, max_running_requests=16)
+SHADOW = dict(speculative_algorithm="DDTREE", mem_fraction_static=0.88, context_length=131072, max_running_requests=16)
+SMALL = dict(speculative_algorithm="DDTREE", mem_fraction_static=0.95, context_length=32768, max_running_requests=4)
+BALANCED = dict(speculative_algorithm="DDTREE", mem_fraction_static=0.85, context_length=32768,
+                max_running_requests=4, cuda_graph=False)
+
+
+def test_nextn_fits_with_room_for_a_full_context():
+    p = plan(**NEXTN)
+    assert p.fits
+    assert p.max_total_tokens >= 131072
+    assert p.max_running_requests == 16
+
+
+def test_shadow_production_envelope_raises_sglangs_pool_error():
+    # 16 requests x 16 DFlash draft tokens of Gated DeltaNet state do not fit at TP 2.
+    with pytest.raises(memory.PoolSizingError, match=r"Not enough memory\. Please try to increase "
+                       r"--mem-fraction-static\. Current value: mem_fraction_static=0\.88"):
+        plan(**SHADOW)
+
+
+def test_shadow_small_starves_the_draft_model():
+    p = plan(**SMALL)
+    assert p.failed_stage == "draft_weights"
+    nograph = plan(**{**SMALL, "cuda_graph": False})
+    assert nograph.failed_stage == "draft_weights"
+
+
+def test_balanced_fits_memory():
+    p = plan(**BALANCED)
+    assert p.fits and p.headroom_gib > 7
+
+
+def test_dflash_cell_counts_the_draft_layers():
+    p = plan(**BALANCED)
+    assert p.cell_bytes == (32768 * (16 + 5) + 15) // 16
+
+
+def test_higher_fraction_means_more_tokens_less_headroom():
+    low, high = plan(**{**BALANCED, "mem_fraction_static": 0.80}), plan(**BALANCED)
+    assert high.max_total_tokens > low.max_total_tokens
+    assert high.headroom_gib < low.headroom_gib
+
+
+def test_tp4_would_have_fit_every_variant():
+    for variant in (SHADOW, SMALL, BALANCED):
+        assert plan(tp=4, **variant).fits
+
+
+def test_other_processes_memory_shrinks_the_pool():
+    assert plan(free=FREE_MIB - 8192, **NEXTN).max_total_tokens < plan(**NEXTN).max_total_tokens
+
+
+def test_0_5_23_error_names_the_minimum_fraction():
+    with pytest.raises(memory.PoolSizingError, match=r"Loaded weights leave no GPU memory for the KV cache "
+                       r"under --mem-fraction-static=0\.88\. Raise --mem-fraction-static above"):
+        plan(version=versions.release("0.5.23"), **{**SHADOW, "mem_fraction_static": 0.88},)
+
+
+def test_default_fraction_follows_sglang_tiers():
+    # 48 GB tier, tp 2: reserved = 512 + 4096*1.5 + 32*2 + 2/8*1024 = 6976 MB
+    assert memory.default_mfs(V0511, A6000_MIB / 1024, 2, 4096, 32) == round((A6000_MIB - 6976) / A6000_MIB, 3)
+    assert memory.gpu_tier(95.6, 2) == (8192, 256)
+
+
+def test_missing_model_path_is_sglangs_repo_id_error(tmp_path):
+    with pytest.raises(model.ModelPathError, match="Repo id must be in the form"):
+        model.load(str(tmp_path / "absent"))

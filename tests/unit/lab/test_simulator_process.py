@@ -1,0 +1,179 @@
+"""The simulator as a real process: start-up order, HTTP API, faults, flags by version."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import urllib.error
+
+import pytest
+from conftest import DDTREE, LAB, MODEL, NEXTN
+
+
+def test_serves_after_warmup_and_generates_deterministically(launch):
+    server = launch([*MODEL, *NEXTN], hw={"time_scale": 0.3})
+    server.wait_for(lambda: server.status("/v1/models") == 200, what="/v1/models")
+    # /v1/models answers before the warmup generation finished
+    assert server.status("/health") == 503
+    server.wait_for(lambda: server.status("/health") == 200, what="/health 200")
+    assert "The server is fired up and ready to roll!" in server.output()
+    status, models = server.request("GET", "/v1/models")
+    assert models["data"][0]["id"] == "Qwen3.6-27B" and models["data"][0]["max_model_len"] == 131072
+    _, a = server.request("POST", "/generate", {"text": "Hello", "sampling_params": {"max_new_tokens": 7}})
+    _, b = server.request("POST", "/generate", {"text": "Hello", "sampling_params": {"max_new_tokens": 7}})
+    assert a["text"] == b["text"] and len(a["text"].split()) == 7
+    assert a["meta_info"]["completion_tokens"] == 7 and a["meta_info"]["spec_accept_length"] > 1
+    _, chat = server.request("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5})
+    assert chat["choices"][0]["message"]["content"] and chat["usage"]["completion_tokens"] == 5
+    _, comp = server.request("POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 3})
+    assert comp["object"] == "text_completion" and comp["usage"]["completion_tokens"] == 3
+
+
+def test_http_binds_only_after_init(launch):
+    server = launch([*MODEL, *NEXTN], hw={"time_scale": 0.3})
+    server.wait_for(lambda: "Load weight begin" in server.output(), what="weight loading")
+    assert server.status("/v1/models") is None  # connection refused while loading
+    server.wait_for(lambda: server.status("/v1/models") == 200, what="bind")
+    out = server.output()
+    assert out.index("KV Cache is allocated") < out.index("Uvicorn running on")
+
+
+def test_api_key_is_enforced_except_on_health(launch):
+    server = launch([*MODEL, *NEXTN, "--api-key", "s3cret-key"])
+    server.wait_for(lambda: server.status("/health") == 200, what="health")
+    assert server.status("/v1/models") == 401
+    assert server.status("/v1/models", headers={"Authorization": "Bearer wrong"}) == 401
+    assert server.status("/v1/models", headers={"Authorization": "Bearer s3cret-key"}) == 200
+    assert "s3cret-key" not in server.output()
+
+
+def test_pool_error_kills_the_process_with_sglangs_text(launch):
+    server = launch([*MODEL, *DDTREE, "--context-length", "131072", "--max-running-requests", "16",
+                     "--mem-fraction-static", "0.88"], ddtree=True)
+    assert server.proc.wait(timeout=20) == -signal.SIGKILL
+    out = server.output()
+    assert "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current value: mem_fraction_static=0.88" in out
+    assert "Received sigquit from a child process. It usually means the child failed." in out
+
+
+def test_draft_oom_on_multi_rank_hangs_without_listening(launch):
+    server = launch([*MODEL, *DDTREE, "--context-length", "32768", "--max-running-requests", "4",
+                     "--mem-fraction-static", "0.95", "--disable-cuda-graph"], ddtree=True)
+    server.wait_for(lambda: "torch.OutOfMemoryError: CUDA out of memory" in server.output(), what="draft OOM")
+    with pytest.raises(subprocess.TimeoutExpired):
+        server.proc.wait(timeout=2)
+    assert server.status("/v1/models") is None
+    server.proc.send_signal(signal.SIGTERM)
+    assert server.proc.wait(timeout=10) == 0
+
+
+def test_draft_oom_on_one_rank_exits(launch):
+    server = launch([*MODEL[:2], "--tp-size", "1", *DDTREE, "--mem-fraction-static", "0.95", "--max-running-requests", "1",
+                     "--context-length", "8192", "--disable-cuda-graph"], ddtree=True,
+                    host="ct200", gpus="0", hw={"gpus": [{"index": 0, "name": "NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
+                                                         "uuid": "GPU-0", "pci_bus_id": "00000000:01:00.0",
+                                                         "memory_total_mib": 62000, "compute_cap": "12.0"}]})
+    assert server.proc.wait(timeout=20) == -signal.SIGKILL
+    assert "torch.OutOfMemoryError" in server.output()
+
+
+def test_cuda_graph_oom_hangs(launch):
+    # 160 running requests x 4 draft tokens of CUDA graphs do not fit the 2 % headroom
+    server = launch([*MODEL, "--speculative-algorithm", "NEXTN", "--max-running-requests", "160",
+                     "--chunked-prefill-size", "1024", "--mem-fraction-static", "0.98", "--cuda-graph-max-bs", "160",
+                     "--disable-radix-cache"],
+                    host="ct200", gpus="0,1")
+    server.wait_for(lambda: "Capture cuda graph failed: torch.OutOfMemoryError" in server.output(), what="graph OOM")
+    with pytest.raises(subprocess.TimeoutExpired):
+        server.proc.wait(timeout=1.5)
+    assert server.status("/health") is None
+
+
+def test_missing_library_crashes_on_first_client_request_after_health(launch):
+    server = launch([*MODEL, *DDTREE, "--context-length", "32768", "--max-running-requests", "4",
+                     "--mem-fraction-static", "0.85", "--disable-cuda-graph"], ddtree=True)
+    server.wait_for(lambda: server.status("/health") == 200, what="health")
+    with pytest.raises((urllib.error.URLError, ConnectionError)):
+        server.request("POST", "/generate", {"text": "Hi", "sampling_params": {"max_new_tokens": 8}})
+    assert server.proc.wait(timeout=10) == -signal.SIGKILL
+    out = server.output()
+    assert "_lib = ctypes.CDLL(path)" in out
+    assert "OSError: libcudart.so.12: cannot open shared object file: No such file or directory" in out
+
+
+def test_same_variant_serves_where_the_library_exists(launch):
+    server = launch([*MODEL, *DDTREE, "--context-length", "32768", "--max-running-requests", "4",
+                     "--mem-fraction-static", "0.85", "--disable-cuda-graph"], ddtree=True, host="ct200", gpus="0,1")
+    server.wait_for(lambda: server.status("/health") == 200, what="health")
+    status, body = server.request("POST", "/generate", {"text": "Hi", "sampling_params": {"max_new_tokens": 8}})
+    assert status == 200 and body["meta_info"]["spec_accept_length"] > 4
+
+
+def test_lost_gpu_in_visible_devices_crashes_startup(launch):
+    server = launch([*MODEL, *NEXTN], gpus="0,1")
+    assert server.proc.wait(timeout=20) == -signal.SIGKILL
+    assert "CUDA error: CUDA-capable device(s) is/are busy or unavailable" in server.output()
+
+
+def test_missing_model_path_fails_before_loading(launch, tmp_path):
+    server = launch(["--model-path", str(tmp_path / "nope"), *NEXTN])
+    assert server.proc.wait(timeout=20) == 1
+    assert "HFValidationError: Repo id must be in the form" in server.output()
+
+
+def test_port_in_use(launch):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        server = launch([*MODEL, *NEXTN], port=port, host="ct200", gpus="0,1")
+        assert server.proc.wait(timeout=20) == 1
+    assert ("[Errno 98] error while attempting to bind on address ('127.0.0.1', %d): address already in use"
+            % port) in server.output()
+
+
+def run_cli(sim_install, hardware, version: str, args: list[str], ddtree: bool = False) -> subprocess.CompletedProcess:
+    env = hardware()
+    env["PYTHONPATH"] = str(sim_install(version, ddtree))
+    return subprocess.run([sys.executable, "-m", "sglang.launch_server", *args], env=env, capture_output=True,
+                          text=True, timeout=20)
+
+
+def test_cuda_graph_max_bs_removed_in_0_5_20(sim_install, hardware):
+    result = run_cli(sim_install, hardware, "0.5.23", [*MODEL, "--cuda-graph-max-bs", "8"])
+    assert result.returncode == 2
+    assert ("error: ambiguous option: --cuda-graph-max-bs could match --cuda-graph-max-bs-decode, "
+            "--cuda-graph-max-bs-prefill") in result.stderr
+
+
+def test_dflash_unknown_before_0_5_11(sim_install, hardware):
+    result = run_cli(sim_install, hardware, "0.5.9", [*MODEL, "--speculative-algorithm", "DFLASH"])
+    assert result.returncode == 2 and "argument --speculative-algorithm: invalid choice: 'DFLASH'" in result.stderr
+
+
+def test_ddtree_needs_the_patched_build(sim_install, hardware):
+    result = run_cli(sim_install, hardware, "0.5.11", [*MODEL, *DDTREE])
+    assert result.returncode == 2 and "invalid choice: 'DDTREE'" in result.stderr
+    result = run_cli(sim_install, hardware, "0.5.11", [*MODEL, "--speculative-ddtree-shadow-linear"])
+    assert "unrecognized arguments: --speculative-ddtree-shadow-linear" in result.stderr
+
+
+def test_ledger_shows_memory_in_fake_nvidia_smi(launch, hardware):
+    server = launch([*MODEL, *NEXTN], host="ct200", gpus="0,1")
+    server.wait_for(lambda: server.status("/health") == 200, what="health")
+    env = hardware("ct200")
+    env.update(SGLANG_SIM_STATE=str(server.log.parent / "gpu"), PYTHONPATH=str(LAB / "simulator"))
+
+    def apps() -> list[list[str]]:
+        out = subprocess.run([sys.executable, str(LAB / "simulator/shim/nvidia-smi"), "--query-compute-apps=pid,used_memory",
+                              "--format=csv,noheader,nounits"], env=env, capture_output=True, text=True, check=True)
+        return [line.split(", ") for line in out.stdout.splitlines() if line]
+
+    rows = apps()
+    assert {r[0] for r in rows} == {str(server.proc.pid)} and len(rows) == 2
+    assert all(int(r[1]) > 80000 for r in rows)  # mem_fraction_static 0.88 of 96 GB
+    server.proc.send_signal(signal.SIGTERM)
+    assert server.proc.wait(timeout=10) == 0
+    assert apps() == []
