@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Build the SGLang simulator wheel: distribution ``sglang``, version
 ``<emulated>+simulator`` (a PEP 440 local label, so ``sglang==0.5.11`` pins
 match it and ``pip show sglang`` says what it is).

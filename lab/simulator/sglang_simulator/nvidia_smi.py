@@ -184,9 +184,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _table(hardware: hw.Hardware, gpus: list[hw.Gpu]) -> str:
-    bar = "+-----------------------------------------------------------------------------------------+"
+    rule = "+-----------------------------------------------------------------------------------------+"
     lines = [
-        bar,
+        rule,
         f"| NVIDIA-SMI {hardware.driver_version:<23} Driver Version: {hardware.driver_version:<14} CUDA Version: {hardware.cuda_version:<9}|",
         "|-----------------------------------------+------------------------+----------------------+",
         "| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |",
@@ -200,7 +200,10 @@ def _table(hardware: hw.Hardware, gpus: list[hw.Gpu]) -> str:
         f = _fields(gpu, hardware)
         mem = f"{f['memory.used'][0]}MiB / {gpu.memory_total_mib}MiB"
         lines.append(f"| {gpu.index:>3}  {gpu.name[:20]:<20}           On  | {gpu.pci_bus_id[4:]:>16} Off | {'0':>20} |")
-        lines.append(f"| 30%   {f['temperature.gpu'][0]}C    {f['pstate'][0]}  {float(f['power.draw'][0]):>13.0f}W / {gpu.power_limit_w:>4}W | {mem:>22} | {f['utilization.gpu'][0]:>7}%      Default |")
+        power = f"{float(f['power.draw'][0]):>13.0f}W / {gpu.power_limit_w:>4}W"
+        lines.append(
+            f"| 30%   {f['temperature.gpu'][0]}C    {f['pstate'][0]}  {power} | {mem:>22} | {f['utilization.gpu'][0]:>7}%      Default |"
+        )
         lines.append("+-----------------------------------------+------------------------+----------------------+")
     return "\n".join(lines)
 

@@ -152,7 +152,8 @@ class Simulator:
             sys.exit(1)
         for warning in warnings:
             log(f"WARNING: {warning}")
-        log(f"server_args=ServerArgs({', '.join(f'{k}={v!r}' for k, v in sorted(vars(self.args).items()) if k != 'api_key')}, api_key={'***' if self.args.api_key else None})")
+        shown = ", ".join(f"{k}={v!r}" for k, v in sorted(vars(self.args).items()) if k != "api_key")
+        log(f"server_args=ServerArgs({shown}, api_key={'***' if self.args.api_key else None})")
         log(f"SGLang {self.release.text} (sglang-simulator: a test double, not SGLang)")
         try:
             self.hardware = hw.load()
@@ -466,12 +467,14 @@ def make_handler(sim: Simulator):
                 self._send(200, sim.generate(str(text), int(params.get("max_new_tokens", 128))))
             elif path == "/v1/completions":
                 result = sim.generate(str(body.get("prompt") or ""), int(body.get("max_tokens") or 16))
-                self._send(200, self._openai(result, "text_completion", {"index": 0, "text": result["text"], "logprobs": None, "finish_reason": "length", "matched_stop": None}))
+                choice = {"index": 0, "text": result["text"], "logprobs": None, "finish_reason": "length", "matched_stop": None}
+                self._send(200, self._openai(result, "text_completion", choice))
             elif path == "/v1/chat/completions":
                 messages = body.get("messages") or []
                 prompt = " ".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
                 result = sim.generate(prompt, int(body.get("max_tokens") or body.get("max_completion_tokens") or 16))
-                choice = {"index": 0, "message": {"role": "assistant", "content": result["text"].strip(), "reasoning_content": None, "tool_calls": None}, "logprobs": None, "finish_reason": "length", "matched_stop": None}
+                message = {"role": "assistant", "content": result["text"].strip(), "reasoning_content": None, "tool_calls": None}
+                choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": "length", "matched_stop": None}
                 self._send(200, self._openai(result, "chat.completion", choice))
             elif path == "/flush_cache":
                 self._send(200)

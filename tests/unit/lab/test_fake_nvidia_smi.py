@@ -50,9 +50,9 @@ def test_memory_used_comes_from_live_ledger_entries(ct129, capsys):
     ledger = hw.Ledger("test")
     ledger.hold(2, 1234)
     try:
-        _, lines = run(capsys, "-i", "2", "--query-gpu=memory.used,memory.free", "--format=csv,noheader,nounits")
+        lines = run(capsys, "-i", "2", "--query-gpu=memory.used,memory.free", "--format=csv,noheader,nounits")[1]
         assert lines == [f"1234, {49140 - 1234}"]
     finally:
         ledger.release()
-    _, lines = run(capsys, "-i", "2", "--query-gpu=memory.used", "--format=csv,noheader,nounits")
+    lines = run(capsys, "-i", "2", "--query-gpu=memory.used", "--format=csv,noheader,nounits")[1]
     assert lines == ["0"]

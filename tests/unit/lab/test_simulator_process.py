@@ -19,15 +19,15 @@ def test_serves_after_warmup_and_generates_deterministically(launch):
     assert server.status("/health") == 503
     server.wait_for(lambda: server.status("/health") == 200, what="/health 200")
     assert "The server is fired up and ready to roll!" in server.output()
-    status, models = server.request("GET", "/v1/models")
+    models = server.request("GET", "/v1/models")[1]
     assert models["data"][0]["id"] == "Qwen3.6-27B" and models["data"][0]["max_model_len"] == 131072
-    _, a = server.request("POST", "/generate", {"text": "Hello", "sampling_params": {"max_new_tokens": 7}})
-    _, b = server.request("POST", "/generate", {"text": "Hello", "sampling_params": {"max_new_tokens": 7}})
+    a = server.request("POST", "/generate", {"text": "Hello", "sampling_params": {"max_new_tokens": 7}})[1]
+    b = server.request("POST", "/generate", {"text": "Hello", "sampling_params": {"max_new_tokens": 7}})[1]
     assert a["text"] == b["text"] and len(a["text"].split()) == 7
     assert a["meta_info"]["completion_tokens"] == 7 and a["meta_info"]["spec_accept_length"] > 1
-    _, chat = server.request("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5})
+    chat = server.request("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5})[1]
     assert chat["choices"][0]["message"]["content"] and chat["usage"]["completion_tokens"] == 5
-    _, comp = server.request("POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 3})
+    comp = server.request("POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 3})[1]
     assert comp["object"] == "text_completion" and comp["usage"]["completion_tokens"] == 3
 
 
@@ -70,11 +70,11 @@ def test_draft_oom_on_multi_rank_hangs_without_listening(launch):
 
 
 def test_draft_oom_on_one_rank_exits(launch):
+    one_gpu = {"index": 0, "name": "NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "uuid": "GPU-0",
+               "pci_bus_id": "00000000:01:00.0", "memory_total_mib": 62000, "compute_cap": "12.0"}
     server = launch([*MODEL[:2], "--tp-size", "1", *DDTREE, "--mem-fraction-static", "0.95", "--max-running-requests", "1",
-                     "--context-length", "8192", "--disable-cuda-graph"], ddtree=True,
-                    host="ct200", gpus="0", hw={"gpus": [{"index": 0, "name": "NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
-                                                         "uuid": "GPU-0", "pci_bus_id": "00000000:01:00.0",
-                                                         "memory_total_mib": 62000, "compute_cap": "12.0"}]})
+                     "--context-length", "8192", "--disable-cuda-graph"], ddtree=True, host="ct200", gpus="0",
+                    hw={"gpus": [one_gpu]})
     assert server.proc.wait(timeout=20) == -signal.SIGKILL
     assert "torch.OutOfMemoryError" in server.output()
 
@@ -138,7 +138,7 @@ def run_cli(sim_install, hardware, version: str, args: list[str], ddtree: bool =
     env = hardware()
     env["PYTHONPATH"] = str(sim_install(version, ddtree))
     return subprocess.run([sys.executable, "-m", "sglang.launch_server", *args], env=env, capture_output=True,
-                          text=True, timeout=20)
+                          text=True, timeout=20, check=False)
 
 
 def test_cuda_graph_max_bs_removed_in_0_5_20(sim_install, hardware):
@@ -167,8 +167,9 @@ def test_ledger_shows_memory_in_fake_nvidia_smi(launch, hardware):
     env.update(SGLANG_SIM_STATE=str(server.log.parent / "gpu"), PYTHONPATH=str(LAB / "simulator"))
 
     def apps() -> list[list[str]]:
-        out = subprocess.run([sys.executable, str(LAB / "simulator/shim/nvidia-smi"), "--query-compute-apps=pid,used_memory",
-                              "--format=csv,noheader,nounits"], env=env, capture_output=True, text=True, check=True)
+        code = "import sys; from sglang_simulator.nvidia_smi import main; sys.exit(main())"
+        out = subprocess.run([sys.executable, "-c", code, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                             env=env, capture_output=True, text=True, check=True)
         return [line.split(", ") for line in out.stdout.splitlines() if line]
 
     rows = apps()

@@ -1,0 +1,57 @@
+# inferops.sglang: the two entry points are `make lab` and `make test`.
+SHELL := /bin/bash
+VENV := .venv
+SANITY_VENV := .cache/sanity-venv
+BIN := $(CURDIR)/$(VENV)/bin
+export PATH := $(BIN):$(PATH)
+export ANSIBLE_FORCE_COLOR ?= 0
+# Requests to the lab's local servers never go through a proxy.
+export NO_PROXY := 127.0.0.1,localhost
+
+.PHONY: setup lab lab-down test lint sanity units molecule
+
+$(VENV)/.stamp: requirements.txt
+	python3 -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check -r requirements.txt
+	touch $@
+
+$(SANITY_VENV)/.stamp: requirements.txt
+	python3 -m venv $(SANITY_VENV)
+	$(SANITY_VENV)/bin/pip install -q --disable-pip-version-check "$$(grep '^ansible-core==' requirements.txt)"
+	mkdir -p ~/.ansible/test/cache
+	cp tests/sanity/get_pip_offline.py ~/.ansible/test/cache/get_pip_24_2.py
+	touch $@
+
+setup: $(VENV)/.stamp
+	lab/setup-machine.sh
+	lab/image/build.sh >/dev/null
+
+## The main job on the built-in lab: lab hosts for ct129 and ct200, the NEXTN
+## baseline running on both, and a report of each host.
+lab: setup
+	lab/labctl up
+	ansible-playbook -i inventories/lab lab/playbooks/field_cases.yml
+	ansible-playbook -i inventories/lab lab/playbooks/baseline.yml
+	ansible-playbook -i inventories/lab playbooks/inspect.yml
+
+lab-down:
+	lab/labctl down
+
+## Every check: lint, sanity, unit tests, molecule scenarios.
+test: setup lint sanity units molecule
+
+lint: $(VENV)/.stamp
+	ansible-lint
+
+sanity: $(SANITY_VENV)/.stamp
+	rm -rf .cache/sanity && mkdir -p .cache/sanity/ansible_collections/inferops/sglang
+	git ls-files --cached --others --exclude-standard | grep -v '^collections/' \
+	  | tar -cT - | tar -xC .cache/sanity/ansible_collections/inferops/sglang
+	cd .cache/sanity/ansible_collections/inferops/sglang && \
+	  $(CURDIR)/$(SANITY_VENV)/bin/ansible-test sanity --local --requirements --python 3.11
+
+units: $(VENV)/.stamp
+	python -m pytest tests/unit
+
+molecule: setup
+	INFEROPS_LAB_IMAGE=$$(lab/image/build.sh) molecule test --all
