@@ -43,12 +43,15 @@ test: setup lint sanity units molecule
 lint: $(VENV)/.stamp
 	ansible-lint
 
+# ansible-test needs the collection at ansible_collections/<ns>/<name> and outside
+# any other git work tree; collections/ (the link to this tree) stays behind.
+SANITY_DIR := $(or $(TMPDIR),/tmp)/inferops-sglang-sanity
 sanity: $(SANITY_VENV)/.stamp
-	rm -rf .cache/sanity && mkdir -p .cache/sanity/ansible_collections/inferops/sglang
+	rm -rf $(SANITY_DIR) && mkdir -p $(SANITY_DIR)/ansible_collections/inferops/sglang
 	git ls-files --cached --others --exclude-standard | grep -v '^collections/' \
-	  | tar -cT - | tar -xC .cache/sanity/ansible_collections/inferops/sglang
-	cd .cache/sanity/ansible_collections/inferops/sglang && \
-	  $(CURDIR)/$(SANITY_VENV)/bin/ansible-test sanity --local --requirements --python 3.11
+	  | tar -cT - | tar -xC $(SANITY_DIR)/ansible_collections/inferops/sglang
+	cd $(SANITY_DIR)/ansible_collections/inferops/sglang && \
+	  $(CURDIR)/$(SANITY_VENV)/bin/ansible-test sanity --local --requirements --python 3.11 --color no
 
 units: $(VENV)/.stamp
 	python -m pytest tests/unit
