@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import MODELS
+from sim_helpers import MODELS
 from sglang_simulator import memory, model, versions
 
 TARGET = model.load(str(MODELS / "Qwen3.6-27B"))

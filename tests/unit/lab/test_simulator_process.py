@@ -9,7 +9,7 @@ import sys
 import urllib.error
 
 import pytest
-from conftest import DDTREE, LAB, MODEL, NEXTN
+from sim_helpers import BALANCED, DDTREE, LAB, MODEL, NEXTN, NOGRAPH, SHADOW
 
 
 def test_serves_after_warmup_and_generates_deterministically(launch):
@@ -50,8 +50,7 @@ def test_api_key_is_enforced_except_on_health(launch):
 
 
 def test_pool_error_kills_the_process_with_sglangs_text(launch):
-    server = launch([*MODEL, *DDTREE, "--context-length", "131072", "--max-running-requests", "16",
-                     "--mem-fraction-static", "0.88"], ddtree=True)
+    server = launch([*MODEL, *SHADOW], ddtree=True)
     assert server.proc.wait(timeout=20) == -signal.SIGKILL
     out = server.output()
     assert "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current value: mem_fraction_static=0.88" in out
@@ -59,8 +58,7 @@ def test_pool_error_kills_the_process_with_sglangs_text(launch):
 
 
 def test_draft_oom_on_multi_rank_hangs_without_listening(launch):
-    server = launch([*MODEL, *DDTREE, "--context-length", "32768", "--max-running-requests", "4",
-                     "--mem-fraction-static", "0.95", "--disable-cuda-graph"], ddtree=True)
+    server = launch([*MODEL, *NOGRAPH], ddtree=True)
     server.wait_for(lambda: "torch.OutOfMemoryError: CUDA out of memory" in server.output(), what="draft OOM")
     with pytest.raises(subprocess.TimeoutExpired):
         server.proc.wait(timeout=2)
@@ -92,8 +90,7 @@ def test_cuda_graph_oom_hangs(launch):
 
 
 def test_missing_library_crashes_on_first_client_request_after_health(launch):
-    server = launch([*MODEL, *DDTREE, "--context-length", "32768", "--max-running-requests", "4",
-                     "--mem-fraction-static", "0.85", "--disable-cuda-graph"], ddtree=True)
+    server = launch([*MODEL, *BALANCED], ddtree=True)
     server.wait_for(lambda: server.status("/health") == 200, what="health")
     with pytest.raises((urllib.error.URLError, ConnectionError)):
         server.request("POST", "/generate", {"text": "Hi", "sampling_params": {"max_new_tokens": 8}})
@@ -104,8 +101,7 @@ def test_missing_library_crashes_on_first_client_request_after_health(launch):
 
 
 def test_same_variant_serves_where_the_library_exists(launch):
-    server = launch([*MODEL, *DDTREE, "--context-length", "32768", "--max-running-requests", "4",
-                     "--mem-fraction-static", "0.85", "--disable-cuda-graph"], ddtree=True, host="ct200", gpus="0,1")
+    server = launch([*MODEL, *BALANCED], ddtree=True, host="ct200", gpus="0,1")
     server.wait_for(lambda: server.status("/health") == 200, what="health")
     status, body = server.request("POST", "/generate", {"text": "Hi", "sampling_params": {"max_new_tokens": 8}})
     assert status == 200 and body["meta_info"]["spec_accept_length"] > 4

@@ -1,26 +1,23 @@
-"""Fixtures for the SGLang simulator's own tests: the simulator is installed from
-its wheel (as the lab installs it) into a throwaway directory per emulated version,
-and run as a real process with a hardware file and GPU ledger of its own."""
+"""Shared fixtures: the SGLang simulator (a test double) installed from its wheel
+(as the lab installs it) into a throwaway directory per emulated version, and run
+as a real process with a hardware file and GPU ledger of its own. The
+collection itself is importable as ``ansible_collections.inferops.sglang``."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[3]
-LAB = REPO / "lab"
-MODELS = LAB / "models"
+from sim_helpers import LAB, REPO, Server, free_port
+
 sys.path.insert(0, str(LAB / "simulator"))
+sys.path.insert(0, str(REPO / "collections"))
 
 
 @pytest.fixture(scope="session")
@@ -47,47 +44,6 @@ def sim_install(tmp_path_factory):
         return cache[key]
 
     return install
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    def __init__(self, proc: subprocess.Popen, port: int, log: Path) -> None:
-        self.proc, self.port, self.log = proc, port, log
-
-    def output(self) -> str:
-        return self.log.read_text(encoding="utf-8", errors="replace")
-
-    def request(self, method: str, path: str, body: dict | None = None, headers: dict | None = None):
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data, method=method,
-                                     headers={"content-type": "application/json", **(headers or {})})
-        try:
-            with urllib.request.urlopen(req, timeout=10) as resp:
-                raw = resp.read()
-                return resp.status, json.loads(raw) if raw else None
-        except urllib.error.HTTPError as exc:
-            raw = exc.read()
-            return exc.code, json.loads(raw) if raw else None
-
-    def wait_for(self, predicate, timeout: float = 20.0, what: str = "condition"):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            value = predicate()
-            if value:
-                return value
-            time.sleep(0.05)
-        raise AssertionError(f"{what} not reached in {timeout} s; output:\n{self.output()}")
-
-    def status(self, path: str, headers: dict | None = None):
-        try:
-            return self.request("GET", path, headers=headers)[0]
-        except (urllib.error.URLError, ConnectionError):
-            return None
 
 
 @pytest.fixture
@@ -133,9 +89,3 @@ def launch(sim_install, hardware, tmp_path):
         if server.proc.poll() is None:
             server.proc.kill()
             server.proc.wait()
-
-
-MODEL = ["--model-path", str(MODELS / "Qwen3.6-27B"), "--tp-size", "2", "--served-model-name", "Qwen3.6-27B"]
-DDTREE = ["--speculative-algorithm", "DDTREE", "--speculative-draft-model-path", str(MODELS / "Qwen3.6-27B-DFlash")]
-NEXTN = ["--speculative-algorithm", "NEXTN", "--context-length", "131072", "--max-running-requests", "16",
-         "--mem-fraction-static", "0.88"]

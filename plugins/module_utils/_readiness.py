@@ -1,0 +1,692 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The readiness gate: prove an SGLang server serves, or say at once why not.
+
+Ready means, in order: the watched process is alive (``process``); the HTTP
+server answers (``http``); ``/v1/models`` lists a model (``models``);
+``/health`` is 200 (``health``: SGLang answers /v1/models before its warmup
+is done); the real generations return text and tokens (``generation``); the
+process is still the same one ``settle`` seconds later (``settled``).
+
+Every poll first looks at the process (a systemd unit's state, main PID and
+restart count, or a plain PID) and its new log lines, so a server that dies,
+restarts, or logs a fatal error and hangs ends the wait within about one poll
+interval, with the cause read from the log.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import socket
+import time
+from http.client import HTTPException
+
+from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
+from ansible.module_utils.urls import open_url
+
+from ansible_collections.inferops.sglang.plugins.module_utils import _sglang_log as sglog
+
+PHASES = ("process", "http", "models", "health", "generation", "settled")
+FAILURES = (
+    "unit_missing",
+    "unit_failed",
+    "unit_inactive",
+    "unit_restarted",
+    "process_exited",
+    "hung_after_error",
+    "not_listening",
+    "not_ready",
+    "unauthorized",
+    "generation_error",
+    "generation_empty",
+    "generation_timeout",
+    "timeout",
+)
+ENDPOINTS = {"generate": "/generate", "completions": "/v1/completions", "chat": "/v1/chat/completions"}
+_KEEP_LINES = 4000
+_LOG_WINDOW = 1 << 20
+_EXIT_CODES = {"1": "exited", "2": "killed", "3": "dumped"}
+
+
+class GateFailure(Exception):
+    def __init__(self, failure: str, detail: str = "") -> None:
+        super().__init__(detail or failure)
+        self.failure = failure
+        self.detail = detail
+
+
+def _signal_name(number: str) -> str:
+    try:
+        return signal.Signals(int(number)).name.replace("SIG", "")
+    except (ValueError, TypeError):
+        return str(number)
+
+
+# -- watching the process ---------------------------------------------------
+
+class Observation:
+    """One look at the watched process. ``failure`` is set when it is gone."""
+
+    def __init__(self, alive: bool, failure: str | None = None, detail: str = "", pid: int | None = None) -> None:
+        self.alive, self.failure, self.detail, self.pid = alive, failure, detail, pid
+
+
+class NoWatcher:
+    """No process given: the gate can only watch HTTP (no fail-fast)."""
+
+    kind = "none"
+    pid = None
+
+    def begin(self) -> Observation:
+        return Observation(True)
+
+    def poll(self) -> Observation:
+        return Observation(True)
+
+    def new_lines(self) -> list[str]:
+        return []
+
+    def since_start(self) -> float | None:
+        return None
+
+    def describe(self) -> dict:
+        return {"kind": "none"}
+
+
+class UnitWatcher:
+    """A systemd unit: ActiveState/SubState, MainPID, NRestarts, and its journal
+    from the start of the current activation."""
+
+    kind = "unit"
+    PROPS = (
+        "LoadState", "ActiveState", "SubState", "Result", "MainPID", "NRestarts", "InvocationID",
+        "ExecMainCode", "ExecMainStatus", "InactiveExitTimestampMonotonic", "ExecMainExitTimestampMonotonic",
+    )
+
+    def __init__(self, unit: str, run_command) -> None:
+        self.unit = unit
+        self.run_command = run_command
+        self.props: dict[str, str] = {}
+        self.base_pid = 0
+        self.base_restarts = 0
+        self.start_mono: float | None = None
+        self.exit_mono: float | None = None
+        self.cursor: str | None = None
+        self.journal_error: str | None = None
+        self.pid: int | None = None
+
+    def _show(self) -> dict[str, str]:
+        rc, out, err = self.run_command(["systemctl", "show", "--no-pager", "-p", ",".join(self.PROPS), self.unit])
+        if rc != 0:
+            raise GateFailure("unit_missing", f"systemctl show {self.unit} failed: {(err or out).strip()}")
+        props = {}
+        for line in out.splitlines():
+            key, sep, value = line.partition("=")
+            if sep:
+                props[key] = value
+        return props
+
+    @staticmethod
+    def _mono(value: str | None) -> float | None:
+        try:
+            number = int(value or 0)
+        except ValueError:
+            return None
+        return number / 1e6 if number > 0 else None
+
+    def begin(self) -> Observation:
+        self.props = self._show()
+        if self.props.get("LoadState") != "loaded":
+            raise GateFailure("unit_missing", f"unit {self.unit} is {self.props.get('LoadState', 'unknown')} (not installed?)")
+        self.base_pid = int(self.props.get("MainPID") or 0)
+        self.base_restarts = int(self.props.get("NRestarts") or 0)
+        self.start_mono = self._mono(self.props.get("InactiveExitTimestampMonotonic"))
+        return self._judge()
+
+    def poll(self) -> Observation:
+        self.props = self._show()
+        return self._judge()
+
+    def _exit_text(self) -> str:
+        code = _EXIT_CODES.get(self.props.get("ExecMainCode", ""), "")
+        status = self.props.get("ExecMainStatus", "")
+        if code in ("killed", "dumped"):
+            return f"code={code}, signal={_signal_name(status)}"
+        if code:
+            return f"code={code}, status={status}"
+        return ""
+
+    def _judge(self) -> Observation:
+        p = self.props
+        active, sub, result = p.get("ActiveState", ""), p.get("SubState", ""), p.get("Result", "")
+        pid = int(p.get("MainPID") or 0)
+        restarts = int(p.get("NRestarts") or 0)
+        self.exit_mono = self._mono(p.get("ExecMainExitTimestampMonotonic"))
+        state = f"{active}/{sub}, Result: {result}" + (f", {self._exit_text()}" if self._exit_text() else "")
+        if pid and not self.base_pid:
+            self.base_pid = pid
+        if pid:
+            self.pid = pid
+        if active == "failed":
+            return Observation(False, "unit_failed", state, pid)
+        if active == "activating" and sub == "auto-restart":
+            return Observation(False, "unit_restarted", f"{state}; systemd is about to restart it", pid)
+        if restarts > self.base_restarts or (pid and self.base_pid and pid != self.base_pid):
+            return Observation(False, "unit_restarted", f"NRestarts {self.base_restarts} -> {restarts}, MainPID {self.base_pid} -> {pid}", pid)
+        if active in ("inactive", "deactivating"):
+            failure = "unit_failed" if result not in ("", "success") else "unit_inactive"
+            return Observation(False, failure, state, pid)
+        return Observation(True, None, state, pid)
+
+    def since_start(self) -> float | None:
+        if self.start_mono is None:
+            return None
+        end = self.exit_mono if self.exit_mono and self.exit_mono >= self.start_mono else time.monotonic()
+        return max(0.0, end - self.start_mono)
+
+    def new_lines(self) -> list[str]:
+        argv = ["journalctl", "-u", self.unit, "-o", "json", "--no-pager", "-q"]
+        start_us = None
+        if self.cursor:
+            argv.append(f"--after-cursor={self.cursor}")
+        elif self.start_mono is not None:
+            start_epoch = time.time() - (time.monotonic() - self.start_mono)
+            start_us = int(start_epoch * 1e6)
+            argv.append(f"--since=@{int(start_epoch) - 1}")
+        else:
+            argv.extend(["-n", "200"])
+        rc, out, err = self.run_command(argv)
+        if rc != 0:
+            self.journal_error = (err or out).strip()[:300]
+            return []
+        lines = []
+        for raw in out.splitlines():
+            try:
+                entry = json.loads(raw)
+            except ValueError:
+                continue
+            self.cursor = entry.get("__CURSOR", self.cursor)
+            if start_us is not None and int(entry.get("__REALTIME_TIMESTAMP", 0)) < start_us - 2000:
+                continue
+            message = entry.get("MESSAGE")
+            if isinstance(message, list):  # journald stores non-UTF-8 messages as byte arrays
+                message = bytes(message).decode("utf-8", "replace")
+            if message is None:
+                continue
+            lines.extend(str(message).splitlines() or [""])
+        return lines
+
+    def describe(self) -> dict:
+        p = self.props
+        return {
+            "kind": "unit",
+            "unit": self.unit,
+            "active_state": p.get("ActiveState"),
+            "sub_state": p.get("SubState"),
+            "result": p.get("Result"),
+            "main_pid": self.pid,
+            "restarts": int(p.get("NRestarts") or 0),
+            "invocation_id": p.get("InvocationID"),
+            "exit": self._exit_text() or None,
+            "journal_error": self.journal_error,
+        }
+
+
+class PidWatcher:
+    """A process by PID (servers not under systemd), with an optional log file."""
+
+    kind = "pid"
+
+    def __init__(self, pid: int, log_file: str | None = None) -> None:
+        self.pid = pid
+        self.log_file = log_file
+        self.start_ticks: str | None = None
+        self.started_mono: float | None = None
+        self.offset: int | None = None
+        self.state = "unknown"
+
+    def _stat(self) -> list[str] | None:
+        try:
+            with open(f"/proc/{self.pid}/stat", "r", encoding="utf-8", errors="replace") as handle:
+                data = handle.read()
+        except OSError:
+            return None
+        # the command name may hold spaces and parentheses: split after the last ')'
+        return data[data.rfind(")") + 2:].split()
+
+    def begin(self) -> Observation:
+        fields = self._stat()
+        if fields is None:
+            raise GateFailure("process_exited", f"process {self.pid} does not exist")
+        self.start_ticks = fields[19]
+        try:
+            hertz = os.sysconf("SC_CLK_TCK")
+            self.started_mono = int(self.start_ticks) / hertz
+        except (ValueError, OSError):
+            self.started_mono = None
+        return self.poll()
+
+    def poll(self) -> Observation:
+        fields = self._stat()
+        if fields is None:
+            self.state = "gone"
+            return Observation(False, "process_exited", "gone", self.pid)
+        if fields[19] != self.start_ticks:
+            self.state = "replaced"
+            return Observation(False, "process_exited", "its PID now belongs to another process", self.pid)
+        if fields[0] in ("Z", "X", "x"):
+            self.state = "exited"
+            return Observation(False, "process_exited", "zombie, not yet reaped", self.pid)
+        self.state = "running"
+        return Observation(True, None, f"process {self.pid} state {fields[0]}", self.pid)
+
+    def since_start(self) -> float | None:
+        if self.started_mono is None:
+            return None
+        # /proc/<pid>/stat starttime counts from boot, as CLOCK_BOOTTIME does
+        try:
+            now = time.clock_gettime(time.CLOCK_BOOTTIME)
+        except (AttributeError, OSError):
+            return None
+        return max(0.0, now - self.started_mono)
+
+    def new_lines(self) -> list[str]:
+        if not self.log_file:
+            return []
+        try:
+            with open(self.log_file, "rb") as handle:
+                size = os.fstat(handle.fileno()).st_size
+                if self.offset is None or size < self.offset:
+                    self.offset = max(0, size - _LOG_WINDOW)
+                handle.seek(self.offset)
+                data = handle.read()
+        except OSError:
+            return []
+        cut = data.rfind(b"\n") + 1  # keep a partial last line for the next read
+        self.offset += cut
+        return data[:cut].decode("utf-8", "replace").splitlines()
+
+    def describe(self) -> dict:
+        return {"kind": "pid", "pid": self.pid, "state": self.state, "log_file": self.log_file}
+
+
+# -- HTTP ---------------------------------------------------------------------
+
+class Response:
+    def __init__(self, status: int | None = None, body: object = None, error: str | None = None,
+                 kind: str = "ok", latency: float = 0.0) -> None:
+        self.status, self.body, self.error, self.kind, self.latency = status, body, error, kind, latency
+
+    def describe(self) -> str:
+        if self.status is not None and self.kind == "http":
+            return f"HTTP {self.status}"
+        return self.error or self.kind
+
+
+class Client:
+    """HTTP to the server through Ansible's open_url, never through a proxy."""
+
+    def __init__(self, url: str, api_key: str | None, validate_certs: bool, request_timeout: float) -> None:
+        self.url = url.rstrip("/")
+        self.api_key = api_key
+        self.validate_certs = validate_certs
+        self.request_timeout = request_timeout
+
+    def call(self, method: str, path: str, body: dict | None = None, timeout: float | None = None) -> Response:
+        headers = {"Accept": "application/json"}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode("utf-8")
+            headers["Content-Type"] = "application/json"
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        started = time.monotonic()
+        limit = max(0.1, min(self.request_timeout, timeout if timeout is not None else self.request_timeout))
+        try:
+            resp = open_url(self.url + path, data=data, headers=headers, method=method, use_proxy=False,
+                            timeout=limit, validate_certs=self.validate_certs, use_netrc=False,
+                            follow_redirects="none", http_agent="inferops.sglang-wait_for_sglang")
+            raw = resp.read()
+            return Response(resp.status if hasattr(resp, "status") else resp.getcode(), _json(raw), None, "ok",
+                            time.monotonic() - started)
+        except HTTPError as exc:
+            try:
+                raw = exc.read()
+            except (OSError, HTTPException):
+                raw = b""
+            return Response(exc.code, _json(raw), f"HTTP {exc.code} {exc.reason}", "http", time.monotonic() - started)
+        except URLError as exc:
+            return Response(None, None, *_classify_network(exc.reason), latency=time.monotonic() - started)
+        except (socket.timeout, TimeoutError) as exc:
+            return Response(None, None, f"no answer within {limit:.0f} s ({exc})", "timeout", time.monotonic() - started)
+        except (ConnectionError, HTTPException, OSError) as exc:
+            return Response(None, None, *_classify_network(exc), latency=time.monotonic() - started)
+
+
+def _json(raw: bytes) -> object:
+    if not raw:
+        return None
+    try:
+        return json.loads(raw.decode("utf-8", "replace"))
+    except ValueError:
+        return raw.decode("utf-8", "replace")[:500]
+
+
+def _classify_network(reason: object) -> tuple[str, str]:
+    if isinstance(reason, ConnectionRefusedError):
+        return "connection refused", "refused"
+    if isinstance(reason, (socket.timeout, TimeoutError)):
+        return f"timed out ({reason})", "timeout"
+    if isinstance(reason, (ConnectionResetError, BrokenPipeError, HTTPException)):
+        return f"connection dropped ({type(reason).__name__}: {reason})", "dropped"
+    return f"{type(reason).__name__}: {reason}", "error"
+
+
+# -- the gate -------------------------------------------------------------------
+
+class Gate:
+    def __init__(self, client: Client, watcher, timeout: float, interval: float = 1.0, model: str | None = None,
+                 prompt: str = "The capital city of France is", max_tokens: int = 16, endpoint: str = "generate",
+                 generations: int = 1, settle: float = 3.0, error_grace: float = 15.0, progress=None) -> None:
+        self.client, self.watcher = client, watcher
+        self.timeout, self.interval = timeout, interval
+        self.model, self.prompt, self.max_tokens, self.endpoint = model, prompt, max_tokens, endpoint
+        self.generations_wanted, self.settle, self.error_grace = generations, settle, error_grace
+        self.progress = progress or (lambda message: None)
+        self.lines: collections.deque[str] = collections.deque(maxlen=_KEEP_LINES)
+        self.phase = "process"
+        self.phases: dict[str, float] = {}
+        self.timeline: list[dict] = []
+        self.models: list[str] = []
+        self.generations: list[dict] = []
+        self.last: Response | None = None
+        self.fatal_at: float | None = None
+        self.started = 0.0
+        self.settle_from = 0.0
+
+    # -- bookkeeping --
+    def elapsed(self) -> float:
+        return round(time.monotonic() - self.started, 3)
+
+    def _event(self, text: str) -> None:
+        self.timeline.append({"elapsed": self.elapsed(), "phase": self.phase, "event": text})
+        self.progress(f"[{self.elapsed():.1f}s {self.phase}] {text}")
+
+    def _pass(self, phase: str, text: str) -> None:
+        self.phases[phase] = self.elapsed()
+        self._event(text)
+        index = PHASES.index(phase)
+        self.phase = PHASES[min(index + 1, len(PHASES) - 1)]
+
+    def _read_log(self) -> None:
+        new = self.watcher.new_lines()
+        if not new:
+            return
+        self.lines.extend(new)
+        if self.fatal_at is None and PHASES.index(self.phase) <= PHASES.index("health"):
+            index = sglog.fatal_line(new)
+            if index is not None:
+                self.fatal_at = time.monotonic()
+                self._event("the server logged a fatal error while starting: " + sglog.strip_stamp(new[index]))
+
+    # -- the loop --
+    def run(self) -> dict:
+        self.started = time.monotonic()
+        deadline = self.started + self.timeout
+        try:
+            self._check(self.watcher.begin())
+            while True:
+                self._read_log()
+                self._check(self.watcher.poll())
+                if self.phase == "process":
+                    self._pass("process", f"process alive ({self.watcher.kind}, pid {self.watcher.pid})")
+                    continue
+                if self.fatal_at is not None and time.monotonic() - self.fatal_at >= self.error_grace:
+                    raise GateFailure("hung_after_error", f"alive {self.error_grace:.0f} s after a fatal start-up error, and not serving")
+                if self._step(deadline):
+                    return self._verdict(None)
+                now = time.monotonic()
+                if now >= deadline:
+                    raise GateFailure(self._timeout_failure(), f"no verdict within {self.timeout:.0f} s")
+                time.sleep(min(self.interval, max(0.0, deadline - now)))
+        except GateFailure as exc:
+            return self._verdict(exc)
+
+    def _timeout_failure(self) -> str:
+        if self.phase == "http":
+            return "not_listening"
+        if self.phase in ("models", "health"):
+            return "not_ready"
+        return "timeout"
+
+    def _check(self, obs: Observation) -> None:
+        if obs.failure:
+            raise GateFailure(obs.failure, obs.detail)
+
+    def _remaining(self, deadline: float) -> float:
+        return max(0.1, deadline - time.monotonic())
+
+    def _step(self, deadline: float) -> bool:
+        """One poll of the current phase; True when the server is proven ready."""
+        if self.phase in ("http", "models"):
+            resp = self.last = self.client.call("GET", "/v1/models", timeout=self._remaining(deadline))
+            if resp.kind in ("refused", "timeout", "dropped", "error"):
+                return False
+            if self.phase == "http":
+                self._pass("http", f"HTTP answers ({resp.describe() if resp.kind != 'ok' else resp.status})")
+            self._auth(resp, "/v1/models")
+            ids = _model_ids(resp.body) if resp.kind == "ok" else []
+            if ids:
+                self.models = ids
+                self._pass("models", f"/v1/models lists {', '.join(ids)}")
+            else:
+                return False
+        if self.phase == "health":
+            resp = self.last = self.client.call("GET", "/health", timeout=self._remaining(deadline))
+            self._auth(resp, "/health")
+            if resp.status != 200:
+                return False
+            self._pass("health", "/health 200 (warmup done)")
+        if self.phase == "generation":
+            while len(self.generations) < self.generations_wanted:
+                self.generations.append(self._generate(deadline))
+            self._pass("generation", f"{len(self.generations)} real generation(s) returned tokens")
+            self.settle_from = time.monotonic()
+        if self.phase == "settled":
+            if time.monotonic() - self.settle_from < self.settle:
+                return False
+            self.phases["settled"] = self.elapsed()
+            self._event(f"same process after {self.settle:g} s")
+            return True
+        return False
+
+    def _auth(self, resp: Response, path: str) -> None:
+        if resp.status in (401, 403):
+            raise GateFailure("unauthorized", f"{path} answered HTTP {resp.status}")
+
+    def _generate(self, deadline: float) -> dict:
+        path = ENDPOINTS[self.endpoint]
+        model = self.model or (self.models[0] if self.models else None)
+        if self.endpoint == "generate":
+            body = {"text": self.prompt, "sampling_params": {"max_new_tokens": self.max_tokens, "temperature": 0}}
+        elif self.endpoint == "completions":
+            body = {"model": model, "prompt": self.prompt, "max_tokens": self.max_tokens, "temperature": 0}
+        else:
+            body = {"model": model, "messages": [{"role": "user", "content": self.prompt}],
+                    "max_tokens": self.max_tokens, "temperature": 0}
+        resp = self.last = self.client.call("POST", path, body, timeout=self._remaining(deadline))
+        if resp.kind != "ok":
+            self._after_request_failure()
+            self._auth(resp, path)
+            if resp.kind == "timeout":
+                raise GateFailure("generation_timeout", f"POST {path}: {resp.describe()}")
+            raise GateFailure("generation_error", f"POST {path}: {resp.describe()}" + _body_hint(resp.body))
+        text, tokens, accept = _parse_generation(self.endpoint, resp.body)
+        record = {
+            "endpoint": path,
+            "model": model,
+            "text": (text or "")[:200],
+            "completion_tokens": tokens,
+            "latency": round(resp.latency, 3),
+            "tokens_per_second": round(tokens / resp.latency, 1) if tokens and resp.latency > 0 else None,
+            "spec_accept_length": accept,
+        }
+        if not (text or "").strip() or not tokens or tokens <= 0:
+            self._after_request_failure()
+            raise GateFailure("generation_empty", f"POST {path} returned text {text!r} with completion_tokens={tokens}")
+        self._event(f"generation: {tokens} tokens in {resp.latency:.2f} s")
+        return record
+
+    def _after_request_failure(self) -> None:
+        """A request failed: give the process manager a moment to notice a dead
+        server, so the verdict names the crash rather than the dropped request."""
+        until = time.monotonic() + max(1.0, 2 * self.interval)
+        while True:
+            obs = self.watcher.poll()
+            self._read_log()
+            if obs.failure:
+                raise GateFailure(obs.failure, obs.detail)
+            if time.monotonic() >= until:
+                return
+            time.sleep(0.1)
+
+    # -- the verdict --
+    def _verdict(self, failure: GateFailure | None) -> dict:
+        if failure is not None:
+            # a crash's last lines reach the journal a moment after systemd saw it die
+            for attempt in range(5):
+                before = len(self.lines)
+                self._read_log()
+                if sglog.classify(list(self.lines)) or (attempt and len(self.lines) == before):
+                    break
+                time.sleep(0.2)
+        lines = list(self.lines)
+        found = sglog.classify(lines) if failure is not None else None
+        since_start = self.watcher.since_start()
+        result = {
+            "ready": failure is None,
+            "phase": self.phase,
+            "failure": failure.failure if failure else None,
+            "cause": found["cause"] if found else ("unknown" if failure and failure.failure in _PROCESS_FAILURES else None),
+            "cause_summary": found["what"] if found else None,
+            "cause_line": found["line"] if found else None,
+            "advice": found["advice"] if found else None,
+            "evidence": found["evidence"] if found else (sglog.error_tail(lines) if failure and lines else []),
+            "elapsed": self.elapsed(),
+            "since_start": round(since_start, 1) if since_start is not None else None,
+            "phases": self.phases,
+            "timeline": self.timeline,
+            "models": self.models,
+            "generation": self.generations[-1] if self.generations else None,
+            "generations": self.generations,
+            "process": self.watcher.describe(),
+            "last_log_line": sglog.last_meaningful(lines),
+            "last_response": self.last.describe() if self.last else None,
+            "detail": failure.detail if failure else None,
+        }
+        result["msg"] = message(result, self.client.url, self.timeout)
+        return result
+
+
+_PROCESS_FAILURES = ("unit_failed", "unit_restarted", "unit_inactive", "process_exited", "hung_after_error",
+                     "not_listening", "not_ready", "timeout")
+
+
+def _model_ids(body: object) -> list[str]:
+    if isinstance(body, dict) and isinstance(body.get("data"), list):
+        return [str(m.get("id")) for m in body["data"] if isinstance(m, dict) and m.get("id")]
+    return []
+
+
+def _body_hint(body: object) -> str:
+    if body in (None, ""):
+        return ""
+    text = body if isinstance(body, str) else json.dumps(body)
+    return f": {text[:300]}"
+
+
+def _parse_generation(endpoint: str, body: object) -> tuple[str | None, int | None, float | None]:
+    if not isinstance(body, dict):
+        return None, None, None
+    if endpoint == "generate":
+        meta = body.get("meta_info") or {}
+        accept = meta.get("spec_accept_length")
+        return body.get("text"), meta.get("completion_tokens"), accept
+    choices = body.get("choices") or [{}]
+    choice = choices[0] if isinstance(choices[0], dict) else {}
+    if endpoint == "completions":
+        text = choice.get("text")
+    else:
+        message_ = choice.get("message") or {}
+        # reasoning models may spend a short budget entirely on reasoning_content
+        text = message_.get("content") or message_.get("reasoning_content")
+    usage = body.get("usage") or {}
+    return text, usage.get("completion_tokens"), None
+
+
+def _who(process: dict) -> str:
+    if process.get("kind") == "unit":
+        return f"unit {process['unit']}"
+    if process.get("kind") == "pid":
+        return f"process {process['pid']}"
+    return "the server"
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.1f} s" if value < 10 else f"{value:.0f} s"
+
+
+def _clip(text: str, limit: int = 180) -> str:
+    return text if len(text) <= limit else text[:limit].rstrip() + " ..."
+
+
+def message(r: dict, url: str, timeout: float) -> str:
+    """What an operator reads: what happened, why, and what to try."""
+    process = r["process"]
+    who = _who(process)
+    after = f" {_seconds(r['since_start'])} after start" if r.get("since_start") is not None else ""
+    if r["ready"]:
+        gen = r["generation"] or {}
+        rate = f", {gen['tokens_per_second']} tok/s" if gen.get("tokens_per_second") else ""
+        accept = f", accept length {gen['spec_accept_length']}" if gen.get("spec_accept_length") else ""
+        return (f"{url} is ready after {r['elapsed']:.1f} s: {', '.join(r['models'])} answered "
+                f"{len(r['generations'])} real generation(s) ({gen.get('completion_tokens')} tokens{rate}{accept}) "
+                f"and {who} stayed up")
+    failure = r["failure"]
+    why = ""
+    if r["cause_summary"]:
+        why = f": {r['cause_summary']} ({_clip(r['cause_line'])}). {r['advice']}."
+    elif r["last_log_line"]:
+        why = f"; last log line: {r['last_log_line']}"
+    state = f" ({r['detail']})" if r.get("detail") else ""
+    if failure == "unit_missing":
+        return f"{r['detail']}; nothing to wait for"
+    if failure == "unit_failed":
+        return f"{who} failed{after}{state}{why}"
+    if failure == "unit_restarted":
+        return f"{who} restarted{after}{state}: the server crashed and systemd started it again{why}"
+    if failure == "unit_inactive":
+        return f"{who} is not running{state}: it was stopped or never started{why}"
+    if failure == "process_exited":
+        return f"{who} exited{after} while {r['phase']} was being checked{state}{why}"
+    if failure == "hung_after_error":
+        return (f"{who} is alive but stuck{after}: SGLang logged a fatal start-up error and never served "
+                f"(with several GPUs the other ranks wait for the failed one forever){why}")
+    if failure == "not_listening":
+        return f"nothing answered at {url} within {timeout:.0f} s although {who} is alive ({r['last_response']}){why}"
+    if failure == "not_ready":
+        return (f"{url} answers but did not become ready within {timeout:.0f} s (stuck at {r['phase']}, "
+                f"last answer {r['last_response']}){why}")
+    if failure == "unauthorized":
+        return (f"{url} refused the request ({r['detail']}): the API key is wrong or missing; "
+                "pass the server's key as api_key")
+    if failure in ("generation_error", "generation_timeout", "generation_empty"):
+        kind = {"generation_error": "failed", "generation_timeout": "timed out",
+                "generation_empty": "returned no tokens"}[failure]
+        return (f"{url} passed its health check but a real generation {kind} ({r['detail']}); "
+                f"{who} is still running{why}")
+    return f"{url}: no verdict within {timeout:.0f} s (stuck at {r['phase']}){why}"

@@ -1,0 +1,341 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: wait_for_sglang
+short_description: Wait until an SGLang server really serves, and fail fast with the cause when it cannot
+version_added: 0.1.0
+description:
+  - Proves an SGLang server is ready, in this order (each is a I(phase)):
+    C(process) the watched systemd unit or process is alive;
+    C(http) the HTTP server answers;
+    C(models) C(/v1/models) lists a model;
+    C(health) C(/health) is 200 (SGLang answers C(/v1/models) before its warmup is done);
+    C(generation) O(generations) consecutive real generation requests return non-empty text with a positive completion token count;
+    C(settled) the process is still the same one (same main PID, no restart) O(settle) seconds after the last generation.
+  - Every poll first looks at the watched process and its new log lines. The moment the unit fails, becomes
+    inactive, restarts (C(NRestarts) grows or the main PID changes) or the PID disappears, the wait ends,
+    and the cause is classified from the unit's journal (or O(log_file)) since the unit's current start.
+    A server that logs a fatal start-up error (out of memory, pool sizing, CUDA graph capture, NCCL) but
+    stays alive without serving, as multi-GPU SGLang does when one rank fails, is failed after O(error_grace) seconds.
+  - Requests go straight to O(url), never through a proxy from the environment.
+  - 'The verdict is returned as data (see RETURN). I(failure) is one of: C(unit_missing) (the unit is not installed),
+    C(unit_failed) (the unit entered the failed state, or stopped with an error result), C(unit_inactive) (stopped or
+    never started), C(unit_restarted) (NRestarts grew, the main PID changed, or systemd is about to restart it),
+    C(process_exited) (the watched PID is gone), C(hung_after_error) (a fatal start-up error was logged and the process
+    stayed alive without serving), C(not_listening) (nothing answered HTTP before O(timeout)), C(not_ready) (HTTP
+    answered but C(/v1/models) or C(/health) never became ready), C(unauthorized) (HTTP 401/403: the API key is wrong
+    or missing), C(generation_error) (a real generation failed: HTTP error or dropped connection),
+    C(generation_empty) (it returned no text or no tokens), C(generation_timeout) (it did not answer within
+    O(request_timeout)), C(timeout) (the deadline passed in another phase).'
+  - 'I(cause) is one of: C(kv_pool_too_small) (SGLang could not size its KV pool: "Not enough memory. Please try to increase
+    --mem-fraction-static"), C(cuda_graph_capture) ("Capture cuda graph failed"), C(cuda_library) (C(ctypes.CDLL),
+    "cannot open shared object file", "Could not load any common_ops library"), C(gpu_lost) ("CUDA-capable device(s) is/are
+    busy or unavailable", "GPU is lost"), C(gpu_count) ("invalid device ordinal"), C(cuda_oom) ("CUDA out of memory"),
+    C(nccl_error), C(address_in_use) ("[Errno 98]"), C(bad_flag) (argparse rejected a removed, renamed or unknown flag),
+    C(model_path) (missing model directory or config.json), C(context_length), C(invalid_argument), C(warmup_failed),
+    or C(unknown) when a process failure's log names none of these.'
+  - The progress (each phase reached, fatal log lines) is written to the target's syslog/journal while the module
+    runs (C(journalctl -t ansible-wait_for_sglang -f)) and returned in RV(timeline) and RV(last_log_line).
+author:
+  - inferops.sglang contributors
+attributes:
+  check_mode:
+    support: full
+    details: In check mode nothing is requested from the server; the module reports what it would wait for.
+  diff_mode:
+    support: none
+options:
+  url:
+    description: Base URL of the SGLang server, as seen from the target host.
+    type: str
+    default: http://127.0.0.1:30000
+  api_key:
+    description:
+      - The server's API key (SGLang C(--api-key)), sent as a bearer token. Never logged or returned.
+    type: str
+  validate_certs:
+    description: Verify the server's TLS certificate for C(https) URLs.
+    type: bool
+    default: true
+  unit:
+    description:
+      - The systemd unit running the server. Its ActiveState/SubState, main PID and NRestarts are watched,
+        and its journal since the unit's current start is read for the cause of a failure.
+      - Mutually exclusive with O(pid). With neither, only HTTP is watched and a dead server is only noticed at O(timeout).
+    type: str
+  pid:
+    description: PID of a server not run by systemd. The wait fails as soon as the process is gone.
+    type: int
+  log_file:
+    description:
+      - The server's log file when O(pid) is used; read for progress and for the cause of a failure.
+      - Read from its end minus 1 MiB when the wait begins; use one log file per server start.
+    type: path
+  timeout:
+    description: Overall deadline in seconds. A model load can take many minutes; a dead server never waits it out.
+    type: float
+    default: 900
+  interval:
+    description: Poll period in seconds. A crash is reported within about one interval.
+    type: float
+    default: 1
+  request_timeout:
+    description: Timeout of each HTTP request in seconds (the generation requests included), never beyond the deadline.
+    type: float
+    default: 30
+  error_grace:
+    description:
+      - Seconds a process may stay alive after logging a fatal start-up error before the wait fails with
+        C(hung_after_error). A single-GPU SGLang exits by itself within this time; a multi-GPU one whose rank
+        failed can wait forever.
+    type: float
+    default: 15
+  model:
+    description: Model id for the C(completions) and C(chat) requests. Default is the first id from C(/v1/models).
+    type: str
+  prompt:
+    description: Prompt of the real generation requests.
+    type: str
+    default: The capital city of France is
+  max_tokens:
+    description: Tokens to generate in each real generation request.
+    type: int
+    default: 16
+  endpoint:
+    description:
+      - Which API the real generations use. C(generate) is SGLang's native C(/generate) (it reports the
+        speculative accept length); C(completions) and C(chat) are the OpenAI-compatible C(/v1/completions)
+        and C(/v1/chat/completions).
+    type: str
+    choices: [generate, completions, chat]
+    default: generate
+  generations:
+    description: How many consecutive real generations must succeed.
+    type: int
+    default: 1
+  settle:
+    description: Seconds the process must stay up (same main PID, no restart) after the last generation.
+    type: float
+    default: 3
+notes:
+  - Run it on the host that runs the server (the unit and its journal are read there). Reading another user's
+    journal needs root or the systemd-journal group; without it the verdict has no cause.
+  - The module never changes anything; it always returns C(changed=false).
+seealso:
+  - module: ansible.builtin.uri
+  - module: ansible.builtin.wait_for
+"""
+
+EXAMPLES = r"""
+- name: Gate the freshly started SGLang unit
+  inferops.sglang.wait_for_sglang:
+    unit: sglang-qwen.service
+    url: http://127.0.0.1:30000
+    api_key: "{{ inferops_sglang_api_key }}"
+    timeout: 900
+  register: gate
+
+- name: Prove it with three chat completions and a 10 s settle
+  inferops.sglang.wait_for_sglang:
+    unit: sglang-qwen.service
+    endpoint: chat
+    generations: 3
+    settle: 10
+
+- name: A server started by hand (nohup ... > /var/log/sglang.log)
+  inferops.sglang.wait_for_sglang:
+    pid: "{{ server_pid }}"
+    log_file: /var/log/sglang.log
+    timeout: 600
+"""
+
+RETURN = r"""
+ready:
+  description: Whether the server passed every phase. C(null) in check mode.
+  returned: always
+  type: bool
+  sample: false
+phase:
+  description: The last phase the gate reached (C(settled) when ready).
+  returned: always
+  type: str
+  sample: generation
+failure:
+  description: Why the gate failed (see the description for the set); C(null) when ready.
+  returned: always
+  type: str
+  sample: unit_failed
+cause:
+  description: The cause classified from the log (see the description for the set); C(null) when none applies.
+  returned: always
+  type: str
+  sample: kv_pool_too_small
+cause_summary:
+  description: The cause in words.
+  returned: always
+  type: str
+  sample: SGLang could not size its KV pool
+cause_line:
+  description: The log line that names the cause.
+  returned: always
+  type: str
+  sample: "OSError: libcudart.so.12: cannot open shared object file: No such file or directory"
+advice:
+  description: What to try for this cause.
+  returned: always
+  type: str
+  sample: Lower context_length/max_running_requests or raise mem_fraction_static
+evidence:
+  description: The few log lines that show the cause (timestamps removed).
+  returned: always
+  type: list
+  elements: str
+  sample: ["RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current value: mem_fraction_static=0.88"]
+elapsed:
+  description: Seconds the gate waited.
+  returned: always
+  type: float
+  sample: 34.2
+since_start:
+  description: Seconds from the unit's (or process's) start to its exit, or to the verdict while it runs.
+  returned: always
+  type: float
+  sample: 33.8
+phases:
+  description: Each phase passed, with the elapsed seconds when it passed.
+  returned: always
+  type: dict
+  sample: {"process": 0.01, "http": 41.2, "models": 41.2, "health": 47.9, "generation": 48.4, "settled": 51.4}
+timeline:
+  description: Progress events (elapsed, phase, event), for long waits.
+  returned: always
+  type: list
+  elements: dict
+models:
+  description: Model ids listed by C(/v1/models).
+  returned: always
+  type: list
+  elements: str
+  sample: ["Qwen3.6-27B"]
+generation:
+  description: The last real generation (endpoint, model, text sample, completion_tokens, latency, tokens_per_second, spec_accept_length).
+  returned: always
+  type: dict
+  sample: {"endpoint": "/generate", "text": " the model answers", "completion_tokens": 16, "latency": 0.118,
+           "tokens_per_second": 135.6, "spec_accept_length": 2.71}
+generations:
+  description: Every real generation made, as in RV(generation).
+  returned: always
+  type: list
+  elements: dict
+process:
+  description: What was watched and its last state (unit, active_state, sub_state, result, main_pid, restarts, exit; or pid, state).
+  returned: always
+  type: dict
+  sample: {"kind": "unit", "unit": "sglang-qwen.service", "active_state": "failed", "result": "signal", "exit": "code=killed, signal=KILL"}
+last_log_line:
+  description: The last meaningful line of the server's log (where it is, or where it stopped).
+  returned: always
+  type: str
+last_response:
+  description: The last HTTP outcome (e.g. C(connection refused), C(HTTP 503)).
+  returned: always
+  type: str
+detail:
+  description: The failure's own detail (unit state, HTTP status, request error).
+  returned: always
+  type: str
+would_wait_for:
+  description: In check mode, what the module would have waited for.
+  returned: check mode
+  type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.inferops.sglang.plugins.module_utils import _readiness as readiness
+
+
+def _validate(module: AnsibleModule) -> None:
+    p = module.params
+    if not p["url"].startswith(("http://", "https://")):
+        module.fail_json(msg=f"url must start with http:// or https://, got {p['url']!r}")
+    for name in ("timeout", "interval", "request_timeout"):
+        if p[name] <= 0:
+            module.fail_json(msg=f"{name} must be greater than 0, got {p[name]}")
+    for name in ("settle", "error_grace"):
+        if p[name] < 0:
+            module.fail_json(msg=f"{name} must not be negative, got {p[name]}")
+    for name in ("generations", "max_tokens"):
+        if p[name] < 1:
+            module.fail_json(msg=f"{name} must be at least 1, got {p[name]}")
+    if p["interval"] > p["timeout"]:
+        module.fail_json(msg=f"interval ({p['interval']}) must not exceed timeout ({p['timeout']})")
+    if p["pid"] is not None and p["pid"] <= 0:
+        module.fail_json(msg=f"pid must be a positive process id, got {p['pid']}")
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(
+            url=dict(type="str", default="http://127.0.0.1:30000"),
+            api_key=dict(type="str", no_log=True),
+            validate_certs=dict(type="bool", default=True),
+            unit=dict(type="str"),
+            pid=dict(type="int"),
+            log_file=dict(type="path"),
+            timeout=dict(type="float", default=900),
+            interval=dict(type="float", default=1),
+            request_timeout=dict(type="float", default=30),
+            error_grace=dict(type="float", default=15),
+            model=dict(type="str"),
+            prompt=dict(type="str", default="The capital city of France is"),
+            max_tokens=dict(type="int", default=16),
+            endpoint=dict(type="str", default="generate", choices=list(readiness.ENDPOINTS)),
+            generations=dict(type="int", default=1),
+            settle=dict(type="float", default=3),
+        ),
+        mutually_exclusive=[("unit", "pid")],
+        required_by={"log_file": "pid"},
+        supports_check_mode=True,
+    )
+    _validate(module)
+    p = module.params
+    if p["unit"]:
+        watcher = readiness.UnitWatcher(p["unit"], lambda argv: module.run_command(argv, environ_update={"SYSTEMD_COLORS": "0"}))
+    elif p["pid"]:
+        watcher = readiness.PidWatcher(p["pid"], p["log_file"])
+    else:
+        watcher = readiness.NoWatcher()
+
+    if module.check_mode:
+        plan = {
+            "url": p["url"],
+            "watch": watcher.describe() if not p["unit"] else {"kind": "unit", "unit": p["unit"]},
+            "phases": list(readiness.PHASES),
+            "endpoint": readiness.ENDPOINTS[p["endpoint"]],
+            "generations": p["generations"],
+            "timeout": p["timeout"],
+        }
+        module.exit_json(changed=False, ready=None, phase=None, failure=None, would_wait_for=plan,
+                         msg=f"check mode: would wait up to {p['timeout']:g} s for {p['url']} to pass {', '.join(readiness.PHASES)}")
+
+    client = readiness.Client(p["url"], p["api_key"], p["validate_certs"], p["request_timeout"])
+    gate = readiness.Gate(
+        client, watcher, timeout=p["timeout"], interval=p["interval"], model=p["model"], prompt=p["prompt"],
+        max_tokens=p["max_tokens"], endpoint=p["endpoint"], generations=p["generations"], settle=p["settle"],
+        error_grace=p["error_grace"], progress=module.log,
+    )
+    result = gate.run()
+    if result["ready"]:
+        module.exit_json(changed=False, **result)
+    module.fail_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()

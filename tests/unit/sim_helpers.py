@@ -1,0 +1,68 @@
+"""Helpers shared by the unit tests: a handle on a simulator process and the
+field story's command lines (lab/field_cases.yml holds the same cases for the lab)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+LAB = REPO / "lab"
+MODELS = LAB / "models"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, proc: subprocess.Popen, port: int, log: Path) -> None:
+        self.proc, self.port, self.log = proc, port, log
+
+    def output(self) -> str:
+        return self.log.read_text(encoding="utf-8", errors="replace")
+
+    def request(self, method: str, path: str, body: dict | None = None, headers: dict | None = None):
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data, method=method,
+                                     headers={"content-type": "application/json", **(headers or {})})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                raw = resp.read()
+                return resp.status, json.loads(raw) if raw else None
+        except urllib.error.HTTPError as exc:
+            raw = exc.read()
+            return exc.code, json.loads(raw) if raw else None
+
+    def wait_for(self, predicate, timeout: float = 20.0, what: str = "condition"):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = predicate()
+            if value:
+                return value
+            time.sleep(0.05)
+        raise AssertionError(f"{what} not reached in {timeout} s; output:\n{self.output()}")
+
+    def status(self, path: str, headers: dict | None = None):
+        try:
+            return self.request("GET", path, headers=headers)[0]
+        except (urllib.error.URLError, ConnectionError):
+            return None
+
+
+MODEL = ["--model-path", str(MODELS / "Qwen3.6-27B"), "--tp-size", "2", "--served-model-name", "Qwen3.6-27B"]
+DDTREE = ["--speculative-algorithm", "DDTREE", "--speculative-draft-model-path", str(MODELS / "Qwen3.6-27B-DFlash")]
+NEXTN = ["--speculative-algorithm", "NEXTN", "--context-length", "131072", "--max-running-requests", "16",
+         "--mem-fraction-static", "0.88"]
+SHADOW_SMALL = [*DDTREE, "--context-length", "32768", "--max-running-requests", "4"]
+# The field story's variants on ct129's stand-in (TP 2 on GPUs 0,2)
+SHADOW = [*DDTREE, "--context-length", "131072", "--max-running-requests", "16", "--mem-fraction-static", "0.88"]
+SMALL = [*SHADOW_SMALL, "--mem-fraction-static", "0.95"]
+NOGRAPH = [*SMALL, "--disable-cuda-graph"]
+BALANCED = [*SHADOW_SMALL, "--mem-fraction-static", "0.85", "--disable-cuda-graph"]
