@@ -10,13 +10,13 @@ module: wait_for_sglang
 short_description: Wait until an SGLang server really serves, and fail fast with the cause when it cannot
 version_added: 0.1.0
 description:
-  - Proves an SGLang server is ready, in this order (each is a I(phase)):
+  - 'Proves an SGLang server is ready, in this order (each is a I(phase)):
     C(process) the watched systemd unit or process is alive;
     C(http) the HTTP server answers;
     C(models) C(/v1/models) lists a model;
     C(health) C(/health) is 200 (SGLang answers C(/v1/models) before its warmup is done);
     C(generation) O(generations) consecutive real generation requests return non-empty text with a positive completion token count;
-    C(settled) the process is still the same one (same main PID, no restart) O(settle) seconds after the last generation.
+    C(settled) the process is still the same one (same main PID, no restart) O(settle) seconds after the last generation.'
   - Every poll first looks at the watched process and its new log lines. The moment the unit fails, becomes
     inactive, restarts (C(NRestarts) grows or the main PID changes) or the PID disappears, the wait ends,
     and the cause is classified from the unit's journal (or O(log_file)) since the unit's current start.
@@ -38,16 +38,18 @@ description:
     busy or unavailable", "GPU is lost"), C(gpu_count) ("invalid device ordinal"), C(cuda_oom) ("CUDA out of memory"),
     C(nccl_error), C(address_in_use) ("[Errno 98]"), C(bad_flag) (argparse rejected a removed, renamed or unknown flag),
     C(model_path) (missing model directory or config.json), C(context_length), C(invalid_argument), C(warmup_failed),
-    or C(unknown) when a process failure's log names none of these.'
+    or C(unknown) when the log of a failed process names none of these.'
   - The progress (each phase reached, fatal log lines) is written to the target's syslog/journal while the module
     runs (C(journalctl -t ansible-wait_for_sglang -f)) and returned in RV(timeline) and RV(last_log_line).
 author:
-  - inferops.sglang contributors
+  - inferops.sglang contributors (@inferops)
 attributes:
   check_mode:
+    description: Can run in check mode and return the changed status prediction without modifying the target.
     support: full
     details: In check mode nothing is requested from the server; the module reports what it would wait for.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
 options:
   url:
@@ -295,7 +297,7 @@ def main() -> None:
             error_grace=dict(type="float", default=15),
             model=dict(type="str"),
             prompt=dict(type="str", default="The capital city of France is"),
-            max_tokens=dict(type="int", default=16),
+            max_tokens=dict(type="int", default=16, no_log=False),
             endpoint=dict(type="str", default="generate", choices=list(readiness.ENDPOINTS)),
             generations=dict(type="int", default=1),
             settle=dict(type="float", default=3),

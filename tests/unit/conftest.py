@@ -77,7 +77,7 @@ def launch(sim_install, hardware, tmp_path):
         if gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = gpus
         port = port or free_port()
-        log = tmp_path / f"server-{port}.log"
+        log = tmp_path / f"server-{port}-{len(servers)}.log"
         cmd = [sys.executable, "-m", "sglang.launch_server", "--port", str(port), *args]
         proc = subprocess.Popen(cmd, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
         server = Server(proc, port, log)

@@ -1,0 +1,331 @@
+"""The readiness gate against real processes and real HTTP: the SGLang simulator
+(a test double) for the field story's failures, and a scripted HTTP server
+(tests/unit/fake_sglang_http.py, also a test double) for the HTTP edge cases.
+
+The fail-fast assertions use a generous deadline and check the verdict came far
+sooner: without fail-fast the gate would have waited the deadline out."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from sim_helpers import BALANCED, MODEL, NEXTN, NOGRAPH, SHADOW, free_port
+
+from ansible_collections.inferops.sglang.plugins.module_utils import _readiness as r
+
+FAKE = Path(__file__).resolve().parents[2] / "fake_sglang_http.py"
+DEADLINE = 60.0
+
+
+def gate(port: int, watcher=None, api_key: str | None = None, **kw) -> dict:
+    kw.setdefault("timeout", DEADLINE)
+    kw.setdefault("interval", 0.25)
+    kw.setdefault("settle", 0.5)
+    client = r.Client(f"http://127.0.0.1:{port}", api_key, True, kw.pop("request_timeout", 10))
+    return r.Gate(client, watcher or r.NoWatcher(), **kw).run()
+
+
+def watch(server) -> r.PidWatcher:
+    return r.PidWatcher(server.proc.pid, str(server.log))
+
+
+@pytest.fixture
+def fake(tmp_path):
+    procs = []
+
+    def start(**scenario):
+        port = free_port()
+        log = tmp_path / f"fake-{port}.log"
+        proc = subprocess.Popen([sys.executable, str(FAKE), str(port), json.dumps(scenario)],
+                                stdout=log.open("w"), stderr=subprocess.STDOUT)
+        procs.append(proc)
+        proc.port, proc.log = port, log
+        return proc
+
+    yield start
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+# -- the field story, on the simulator ------------------------------------------
+
+def test_nextn_is_ready_with_a_real_generation(launch):
+    server = launch([*MODEL, *NEXTN])
+    result = gate(server.port, watch(server))
+    assert result["ready"] is True, result["msg"]
+    assert result["phase"] == "settled" and result["failure"] is None
+    assert list(result["phases"]) == list(r.PHASES)
+    assert result["models"] == ["Qwen3.6-27B"]
+    gen = result["generation"]
+    assert gen["completion_tokens"] == 16 and gen["text"].strip()
+    assert gen["spec_accept_length"] == pytest.approx(2.71)
+    assert gen["tokens_per_second"] > 0
+    assert "ready after" in result["msg"]
+
+
+@pytest.mark.parametrize("endpoint, path", [("completions", "/v1/completions"), ("chat", "/v1/chat/completions")])
+def test_openai_endpoints_use_the_listed_model(launch, endpoint, path):
+    server = launch([*MODEL, *NEXTN])
+    result = gate(server.port, watch(server), endpoint=endpoint, generations=2)
+    assert result["ready"], result["msg"]
+    assert [g["endpoint"] for g in result["generations"]] == [path, path]
+    assert result["generation"]["model"] == "Qwen3.6-27B"
+    assert server.output().count(f'"POST {path} HTTP/1.1"') == 2
+
+
+def test_pool_error_fails_at_once_with_the_cause(launch):
+    server = launch([*MODEL, *SHADOW], ddtree=True)
+    result = gate(server.port, watch(server))
+    assert result["ready"] is False
+    assert result["failure"] == "process_exited"
+    assert result["cause"] == "kv_pool_too_small"
+    assert any("Not enough memory. Please try to increase --mem-fraction-static" in x for x in result["evidence"])
+    assert "raise mem_fraction_static" in result["msg"]
+    assert result["elapsed"] < DEADLINE / 4
+
+
+def test_alive_but_stuck_after_a_draft_oom_is_not_waited_out(launch):
+    server = launch([*MODEL, *NOGRAPH], ddtree=True)
+    result = gate(server.port, watch(server), error_grace=2)
+    assert server.proc.poll() is None  # the process really is still alive
+    assert result["failure"] == "hung_after_error"
+    assert result["cause"] == "cuda_oom"
+    assert "while loading the draft model" in result["cause_summary"]
+    assert result["phase"] == "http" and result["last_response"] == "connection refused"
+    assert result["elapsed"] < DEADLINE / 4
+
+
+def test_crash_on_the_first_real_request_after_health_passed(launch):
+    server = launch([*MODEL, *BALANCED], ddtree=True)
+    result = gate(server.port, watch(server))
+    assert result["ready"] is False
+    assert result["phases"].get("health") is not None  # /health said 200 ...
+    assert result["phase"] == "generation"  # ... and the real request killed it
+    assert result["failure"] == "process_exited"
+    assert result["cause"] == "cuda_library"
+    assert result["cause_line"] == "OSError: libcudart.so.12: cannot open shared object file: No such file or directory"
+    assert "not a memory problem" in result["msg"]
+
+
+def test_same_variant_is_ready_where_the_library_exists(launch):
+    server = launch([*MODEL, *BALANCED], ddtree=True, host="ct200", gpus="0,1")
+    result = gate(server.port, watch(server))
+    assert result["ready"], result["msg"]
+    assert result["generation"]["spec_accept_length"] > 4
+
+
+@pytest.mark.parametrize("case, extra, cause", [
+    ("lost GPU", dict(gpus="0,1"), "gpu_lost"),
+    ("too few GPUs", dict(gpus="0"), "gpu_count"),
+])
+def test_gpu_faults_are_named(launch, case, extra, cause):
+    server = launch([*MODEL, *NEXTN], **extra)
+    result = gate(server.port, watch(server))
+    assert (result["failure"], result["cause"]) == ("process_exited", cause), case
+
+
+def test_removed_flag_on_a_newer_sglang(launch):
+    server = launch([*MODEL, *NEXTN, "--cuda-graph-max-bs", "16"], version="0.5.20")
+    result = gate(server.port, watch(server))
+    assert (result["failure"], result["cause"]) == ("process_exited", "bad_flag")
+    assert any("ambiguous option: --cuda-graph-max-bs" in x for x in result["evidence"])
+
+
+def test_missing_model_path(launch):
+    server = launch(["--model-path", "/srv/models/absent", "--tp-size", "2"])
+    result = gate(server.port, watch(server))
+    assert result["cause"] == "model_path"
+
+
+def test_port_taken_by_the_old_server(launch):
+    first = launch([*MODEL, *NEXTN], host="ct200", gpus="0,1")
+    assert gate(first.port, watch(first), settle=0)["ready"]
+    # a second server on the same port (other GPUs of ct129's stand-in) cannot bind
+    second = launch([*MODEL, "--speculative-algorithm", "NEXTN", "--context-length", "8192", "--max-running-requests", "4",
+                     "--mem-fraction-static", "0.88"], gpus="3,4", port=first.port)
+    result = gate(second.port, watch(second))
+    assert (result["failure"], result["cause"]) == ("process_exited", "address_in_use"), result["msg"]
+
+
+def test_wrong_api_key_is_unauthorized_not_timeout(launch):
+    server = launch([*MODEL, *NEXTN, "--api-key", "s3cret-key"])
+    result = gate(server.port, watch(server), api_key="wrong")
+    assert result["failure"] == "unauthorized"
+    assert "API key is wrong or missing" in result["msg"]
+    assert result["elapsed"] < DEADLINE / 4
+    ok = gate(server.port, watch(server), api_key="s3cret-key")
+    assert ok["ready"], ok["msg"]
+    assert "s3cret-key" not in json.dumps(ok)
+
+
+# -- HTTP edge cases, on the scripted server -------------------------------------
+
+def test_nothing_listening_times_out_as_not_listening():
+    result = gate(free_port(), timeout=1.5)
+    assert (result["phase"], result["failure"]) == ("http", "not_listening")
+    assert result["last_response"] == "connection refused"
+
+
+def test_health_never_ready_is_not_ready(fake):
+    server = fake(ready_after=3600)
+    result = gate(server.port, r.PidWatcher(server.pid, str(server.log)), timeout=2)
+    assert (result["phase"], result["failure"]) == ("health", "not_ready")
+    assert result["last_response"] == "HTTP 503"
+    assert result["models"] == ["fake-model"]
+
+
+def test_waits_through_a_slow_start(fake):
+    server = fake(bind_after=1.0, ready_after=1.0)
+    result = gate(server.port, r.PidWatcher(server.pid, str(server.log)))
+    assert result["ready"], result["msg"]
+    assert result["phases"]["http"] >= 0.9 and result["phases"]["health"] >= 1.9
+    assert "Uvicorn running" in result["last_log_line"] or "POST /generate" in server.log.read_text()
+
+
+@pytest.mark.parametrize("mode, failure", [
+    ("empty", "generation_empty"),
+    ("zero_tokens", "generation_empty"),
+    ("error", "generation_error"),
+    ("hang", "generation_timeout"),
+])
+def test_generation_failures(fake, mode, failure):
+    server = fake(generation=mode)
+    result = gate(server.port, r.PidWatcher(server.pid, str(server.log)), request_timeout=1)
+    assert (result["phase"], result["failure"]) == ("generation", failure)
+    assert "passed its health check but a real generation" in result["msg"]
+    if mode == "error":
+        assert "HTTP 500" in result["detail"] and "Internal server error" in result["detail"]
+
+
+def test_server_dying_on_the_request_is_a_process_failure(fake):
+    server = fake(generation="die")
+    result = gate(server.port, r.PidWatcher(server.pid, str(server.log)))
+    assert (result["phase"], result["failure"]) == ("generation", "process_exited")
+    assert result["cause"] == "unknown"
+    assert "Segmentation fault" in " ".join(result["evidence"])
+
+
+def test_exit_during_settle_is_caught(fake):
+    server = fake(exit_after=1.0)
+    result = gate(server.port, r.PidWatcher(server.pid, str(server.log)), settle=5)
+    assert (result["phase"], result["failure"]) == ("settled", "process_exited")
+    assert result["elapsed"] < 4
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_gateway_refusals_are_unauthorized(fake, status):
+    server = fake(api_key="k", status_for_auth=status)
+    result = gate(server.port, timeout=5)
+    assert result["failure"] == "unauthorized" and f"HTTP {status}" in result["detail"]
+
+
+def test_consecutive_generations_are_all_made(fake):
+    server = fake()
+    result = gate(server.port, generations=3, endpoint="chat")
+    assert result["ready"]
+    assert len(result["generations"]) == 3
+    assert server.log.read_text().count('"POST /v1/chat/completions HTTP/1.1"') == 3
+    assert result["generation"]["text"] == " Paris. It is the capital"  # reasoning_content counts
+
+
+def test_proxy_in_the_environment_is_not_used(fake, monkeypatch):
+    for name in ("no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    dead = free_port()  # nothing listens here: a request through this proxy would fail
+    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "all_proxy"):
+        monkeypatch.setenv(name, f"http://127.0.0.1:{dead}")
+    server = fake()
+    result = gate(server.port)
+    assert result["ready"], result["msg"]
+
+
+def test_vanished_pid_fails_before_any_request():
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    result = gate(free_port(), r.PidWatcher(proc.pid))
+    assert (result["phase"], result["failure"]) == ("process", "process_exited")
+    assert result["elapsed"] < 1
+
+
+def test_log_file_progress_is_reported(fake):
+    server = fake(ready_after=0.5)
+    result = gate(server.port, r.PidWatcher(server.pid, str(server.log)))
+    assert result["ready"]
+    events = [e["event"] for e in result["timeline"]]
+    assert events[0].startswith("process alive") and events[-1].startswith("same process after")
+    assert result["last_log_line"]
+
+
+# -- the systemd watcher's reading of systemctl/journalctl -----------------------
+
+def fake_systemctl(states: list[dict], journal: list[dict] | None = None):
+    """run_command double that answers `systemctl show` with the given property
+    sets in turn (the text format systemd prints) and journalctl with entries."""
+    calls = {"show": 0}
+
+    def run(argv):
+        if argv[0] == "systemctl":
+            props = states[min(calls["show"], len(states) - 1)]
+            calls["show"] += 1
+            return 0, "".join(f"{k}={v}\n" for k, v in props.items()), ""
+        return 0, "".join(json.dumps(e) + "\n" for e in (journal or [])), ""
+
+    return run
+
+
+BASE = {"LoadState": "loaded", "ActiveState": "active", "SubState": "running", "Result": "success",
+        "MainPID": "4242", "NRestarts": "0", "InvocationID": "abc", "ExecMainCode": "0", "ExecMainStatus": "0",
+        "InactiveExitTimestampMonotonic": str(int((time.monotonic() - 30) * 1e6)),
+        "ExecMainExitTimestampMonotonic": "0"}
+
+
+@pytest.mark.parametrize("later, failure, detail", [
+    ({"ActiveState": "failed", "SubState": "failed", "Result": "signal", "MainPID": "0", "ExecMainCode": "2",
+      "ExecMainStatus": "9"}, "unit_failed", "failed/failed, Result: signal, code=killed, signal=KILL"),
+    ({"ActiveState": "activating", "SubState": "auto-restart", "Result": "exit-code", "MainPID": "0"}, "unit_restarted", "auto-restart"),
+    ({"NRestarts": "1", "MainPID": "5151"}, "unit_restarted", "NRestarts 0 -> 1, MainPID 4242 -> 5151"),
+    ({"MainPID": "5151"}, "unit_restarted", "MainPID 4242 -> 5151"),
+    ({"ActiveState": "inactive", "SubState": "dead", "MainPID": "0"}, "unit_inactive", "inactive/dead"),
+    ({"ActiveState": "deactivating", "SubState": "stop-sigterm"}, "unit_inactive", "deactivating"),
+])
+def test_unit_state_changes_end_the_wait(later, failure, detail):
+    watcher = r.UnitWatcher("sglang-qwen.service", fake_systemctl([BASE, BASE, {**BASE, **later}]))
+    result = gate(free_port(), watcher, timeout=30)
+    assert result["failure"] == failure
+    assert detail in result["detail"]
+    assert result["elapsed"] < 5
+    assert result["msg"].startswith("unit sglang-qwen.service")
+
+
+def test_unit_not_installed():
+    watcher = r.UnitWatcher("nope.service", fake_systemctl([{**BASE, "LoadState": "not-found", "ActiveState": "inactive"}]))
+    result = gate(free_port(), watcher)
+    assert (result["phase"], result["failure"]) == ("process", "unit_missing")
+    assert "not-found" in result["msg"]
+
+
+def test_journal_since_the_units_start_only():
+    start = time.monotonic() - 30
+    start_us = int((time.time() - 30) * 1e6)
+    failed = {**BASE, "ActiveState": "failed", "SubState": "failed", "Result": "signal", "MainPID": "0",
+              "InactiveExitTimestampMonotonic": str(int(start * 1e6)), "ExecMainExitTimestampMonotonic": str(int((start + 33.5) * 1e6))}
+    journal = [
+        {"__CURSOR": "c1", "__REALTIME_TIMESTAMP": str(start_us - 60_000_000),
+         "MESSAGE": "RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable"},  # an older run
+        {"__CURSOR": "c2", "__REALTIME_TIMESTAMP": str(start_us + 1_000_000), "MESSAGE": "Load weight begin. avail mem=47.50 GB"},
+        {"__CURSOR": "c3", "__REALTIME_TIMESTAMP": str(start_us + 33_000_000),
+         "MESSAGE": list(b"RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current value: "
+                         b"mem_fraction_static=0.88 \xff")},
+    ]
+    watcher = r.UnitWatcher("sglang-qwen.service", fake_systemctl([failed], journal))
+    result = gate(free_port(), watcher)
+    assert result["cause"] == "kv_pool_too_small"
+    assert result["since_start"] == pytest.approx(33.5, abs=0.2)
+    assert result["msg"].startswith("unit sglang-qwen.service failed 34 s after start (failed/failed, Result: signal")
+    assert "SGLang could not size its KV pool" in result["msg"]

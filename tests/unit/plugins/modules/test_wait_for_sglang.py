@@ -1,0 +1,77 @@
+"""The module's own surface: option validation, check mode, no_log, the
+verdict in exit_json/fail_json. The gate itself is tested in module_utils."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ansible.module_utils.testing import patch_module_args
+from sim_helpers import free_port
+
+from ansible_collections.inferops.sglang.plugins.modules import wait_for_sglang
+
+FAKE = Path(__file__).resolve().parents[2] / "fake_sglang_http.py"
+
+
+def run_module(capsys, **args) -> tuple[int, dict, str]:
+    with patch_module_args(args):
+        with pytest.raises(SystemExit) as exc:
+            wait_for_sglang.main()
+    out = capsys.readouterr().out
+    return exc.value.code, json.loads(out), out
+
+
+@pytest.mark.parametrize("args, error", [
+    (dict(unit="sglang-qwen.service", pid=4242), "mutually exclusive"),
+    (dict(log_file="/var/log/sglang.log"), "missing parameter(s) required by 'log_file': pid"),
+    (dict(interval=10, timeout=5), "interval (10.0) must not exceed timeout (5.0)"),
+    (dict(timeout=0), "timeout must be greater than 0"),
+    (dict(generations=0), "generations must be at least 1"),
+    (dict(url="127.0.0.1:30000"), "url must start with http:// or https://"),
+    (dict(endpoint="responses"), "value of endpoint must be one of: generate, completions, chat"),
+    (dict(pid=-3), "pid must be a positive process id"),
+])
+def test_bad_options_fail_with_a_clear_message(capsys, args, error):
+    rc, result, raw = run_module(capsys, **args)
+    assert rc == 1 and result["failed"]
+    assert error in result["msg"]
+
+
+def test_check_mode_touches_nothing(capsys):
+    port = free_port()  # nothing listens: a real wait would fail
+    rc, result, raw = run_module(capsys, url=f"http://127.0.0.1:{port}", unit="sglang-qwen.service", _ansible_check_mode=True)
+    assert rc == 0 and result["changed"] is False and result["ready"] is None
+    assert result["would_wait_for"]["watch"] == {"kind": "unit", "unit": "sglang-qwen.service"}
+    assert result["would_wait_for"]["phases"] == ["process", "http", "models", "health", "generation", "settled"]
+
+
+@pytest.fixture
+def server(tmp_path):
+    port = free_port()
+    log = tmp_path / "fake.log"
+    proc = subprocess.Popen([sys.executable, str(FAKE), str(port), json.dumps({"api_key": "s3cret-key"})],
+                            stdout=log.open("w"), stderr=subprocess.STDOUT)
+    yield proc, port, log
+    proc.kill()
+    proc.wait()
+
+
+def test_ready_exits_ok_and_never_shows_the_key(capsys, server):
+    proc, port, log = server
+    rc, result, raw = run_module(capsys, url=f"http://127.0.0.1:{port}", api_key="s3cret-key", pid=proc.pid,
+                                 log_file=str(log), settle=0.2, interval=0.2, timeout=30)
+    assert rc == 0 and result["ready"] is True and result["changed"] is False
+    assert result["process"] == {"kind": "pid", "pid": proc.pid, "state": "running", "log_file": str(log)}
+    assert "s3cret-key" not in raw
+
+
+def test_not_ready_fails_the_task_with_the_verdict(capsys, server):
+    proc, port, log = server
+    rc, result, raw = run_module(capsys, url=f"http://127.0.0.1:{port}", api_key="wrong", pid=proc.pid, timeout=30)
+    assert rc == 1 and result["failed"] is True and result["ready"] is False
+    assert result["failure"] == "unauthorized"
+    assert result["msg"].startswith(f"http://127.0.0.1:{port} refused the request")
