@@ -80,6 +80,7 @@ class NoWatcher:
 
     kind = "none"
     pid = None
+    has_log = False
 
     def begin(self) -> Observation:
         return Observation(True)
@@ -102,6 +103,7 @@ class UnitWatcher:
     from the start of the current activation."""
 
     kind = "unit"
+    has_log = True
     PROPS = (
         "LoadState", "ActiveState", "SubState", "Result", "MainPID", "NRestarts", "InvocationID",
         "ExecMainCode", "ExecMainStatus", "InactiveExitTimestampMonotonic", "ExecMainExitTimestampMonotonic",
@@ -244,6 +246,7 @@ class PidWatcher:
     def __init__(self, pid: int, log_file: str | None = None) -> None:
         self.pid = pid
         self.log_file = log_file
+        self.has_log = bool(log_file)
         self.start_ticks: str | None = None
         self.started_mono: float | None = None
         self.offset: int | None = None
@@ -556,12 +559,14 @@ class Gate:
 
     # -- the verdict --
     def _verdict(self, failure: GateFailure | None) -> dict:
-        if failure is not None:
-            # a crash's last lines reach the journal a moment after systemd saw it die
-            for attempt in range(5):
-                before = len(self.lines)
+        if failure is not None and failure.failure != "unauthorized" and self.watcher.has_log:
+            # A crash's last lines can reach the journal a moment after systemd
+            # saw the process die (journald reads service output from a stream):
+            # read again for up to 2 s until the log names a cause.
+            until = time.monotonic() + 2.0
+            while True:
                 self._read_log()
-                if sglog.classify(list(self.lines)) or (attempt and len(self.lines) == before):
+                if sglog.classify(list(self.lines)) or time.monotonic() >= until:
                     break
                 time.sleep(0.2)
         lines = list(self.lines)
@@ -670,7 +675,8 @@ def message(r: dict, url: str, timeout: float) -> str:
     if failure == "unit_restarted":
         return f"{who} restarted{after}{state}: the server crashed and systemd started it again{why}"
     if failure == "unit_inactive":
-        return f"{who} is not running{state}: it was stopped or never started{why}"
+        last = f"; the log of its last run shows{why[1:] if why.startswith(':') else why}" if why else ""
+        return f"{who} is not running{state}: it was stopped or never started{last}"
     if failure == "process_exited":
         return f"{who} exited{after} while {r['phase']} was being checked{state}{why}"
     if failure == "hung_after_error":
