@@ -8,7 +8,7 @@ export ANSIBLE_FORCE_COLOR ?= 0
 # Requests to the lab's local servers never go through a proxy.
 export NO_PROXY := 127.0.0.1,localhost
 
-.PHONY: setup lab lab-down test lint sanity units molecule
+.PHONY: setup lab lab-down test lint sanity units molecule bench
 
 $(VENV)/.stamp: requirements.txt
 	python3 -m venv $(VENV)
@@ -36,6 +36,12 @@ lab: setup
 
 lab-down:
 	lab/labctl down
+
+## Benchmarks on the lab (figures, not pass/fail): readiness time to verdict.
+bench: setup
+	lab/labctl up
+	ansible-playbook -i inventories/lab lab/playbooks/field_cases.yml
+	python lab/bench/readiness.py
 
 ## Every check: lint, sanity, unit tests, molecule scenarios.
 test: setup lint sanity units molecule

@@ -184,6 +184,12 @@ class UnitWatcher:
             return Observation(False, failure, state, pid)
         return Observation(True, None, state, pid)
 
+    def detection_delay(self) -> float | None:
+        """Seconds from the main process's exit (as systemd recorded it) to now."""
+        if self.exit_mono is None or (self.start_mono and self.exit_mono < self.start_mono):
+            return None
+        return max(0.0, time.monotonic() - self.exit_mono)
+
     def since_start(self) -> float | None:
         if self.start_mono is None:
             return None
@@ -572,6 +578,7 @@ class Gate:
         lines = list(self.lines)
         found = sglog.classify(lines) if failure is not None else None
         since_start = self.watcher.since_start()
+        delay = getattr(self.watcher, "detection_delay", lambda: None)() if failure is not None else None
         result = {
             "ready": failure is None,
             "phase": self.phase,
@@ -583,6 +590,7 @@ class Gate:
             "evidence": found["evidence"] if found else (sglog.error_tail(lines) if failure and lines else []),
             "elapsed": self.elapsed(),
             "since_start": round(since_start, 1) if since_start is not None else None,
+            "detection_delay": round(delay, 3) if delay is not None else None,
             "phases": self.phases,
             "timeline": self.timeline,
             "models": self.models,

@@ -208,6 +208,13 @@ since_start:
   returned: always
   type: float
   sample: 33.8
+detection_delay:
+  description:
+    - With O(unit), for a server that exited, the seconds from the main process's exit (as systemd recorded it)
+      to the verdict; C(null) otherwise.
+  returned: always
+  type: float
+  sample: 0.41
 phases:
   description: Each phase passed, with the elapsed seconds when it passed.
   returned: always
