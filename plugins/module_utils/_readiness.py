@@ -683,7 +683,10 @@ def message(r: dict, url: str, timeout: float) -> str:
     if failure == "unit_restarted":
         return f"{who} restarted{after}{state}: the server crashed and systemd started it again{why}"
     if failure == "unit_inactive":
-        last = f"; the log of its last run shows{why[1:] if why.startswith(':') else why}" if why else ""
+        if r["cause_summary"]:
+            last = f"; the log of its last run shows{why}"
+        else:
+            last = why
         return f"{who} is not running{state}: it was stopped or never started{last}"
     if failure == "process_exited":
         return f"{who} exited{after} while {r['phase']} was being checked{state}{why}"

@@ -1,0 +1,249 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: sglang_variant
+short_description: Resolve an SGLang service variant for this host and prove it can start, before anything changes
+version_added: 0.1.0
+description:
+  - Resolves O(name) (or an alias) in the variant table, lays the host's overrides over it, and checks every
+    parameter's type and range.
+  - On the host it then checks what the variant needs, read-only: the SGLang version installed in O(python)'s
+    environment; that C(python -m sglang.launch_server --help) accepts every flag of the rendered command line
+    and offers its speculative algorithm (a removed flag or a missing DDTree build is found here, not by a crashed
+    service); the model and draft model directories with their C(config.json); C(context_length) within the
+    model's C(max_position_embeddings); O(tp_size) equal to the number of O(gpu_devices); and each GPU in
+    O(gpu_devices) answering C(nvidia-smi) (a lost GPU fails here).
+  - All problems are reported together; the module fails when there is any. It never changes anything.
+author:
+  - inferops.sglang contributors (@inferops)
+attributes:
+  check_mode:
+    description: Can run in check mode and return the changed status prediction without modifying the target.
+    support: full
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: none
+options:
+  name:
+    description: The variant to resolve (a name or an alias).
+    type: str
+    required: true
+  variants:
+    description: The variant table, name to parameters. See the role C(sglang_service) for the parameters.
+    type: dict
+    required: true
+  aliases:
+    description: Short names, alias to variant name.
+    type: dict
+    default: {}
+  overrides:
+    description: Per-variant parameter overrides (variant name to parameters), e.g. from host or group vars.
+    type: dict
+    default: {}
+  common:
+    description: Parameter overrides applied to whichever variant is resolved (last).
+    type: dict
+    default: {}
+  python:
+    description: The Python of the environment SGLang is installed in.
+    type: path
+    default: /opt/sglang/venv/bin/python
+  model_path:
+    description: The model directory on the host.
+    type: path
+    required: true
+  served_model_name:
+    description: The name the server lists in C(/v1/models).
+    type: str
+  draft_model_path:
+    description: The draft model directory, for variants with C(draft_model=true).
+    type: path
+  bind_host:
+    description: Address the server listens on.
+    type: str
+    default: 127.0.0.1
+  port:
+    description: Port the server listens on.
+    type: int
+    default: 30000
+  tp_size:
+    description: Tensor-parallel size; must equal the number of O(gpu_devices).
+    type: int
+    required: true
+  gpu_devices:
+    description: The GPU indexes the server may use (its C(CUDA_VISIBLE_DEVICES)).
+    type: list
+    elements: int
+    required: true
+  check_gpus:
+    description: Query each GPU of O(gpu_devices) with C(nvidia-smi).
+    type: bool
+    default: true
+"""
+
+EXAMPLES = r"""
+- name: Resolve and preflight the balanced variant
+  inferops.sglang.sglang_variant:
+    name: balanced
+    variants: "{{ sglang_service_variants }}"
+    aliases: "{{ sglang_service_variant_aliases }}"
+    model_path: /srv/models/Qwen3.6-27B
+    draft_model_path: /srv/models/Qwen3.6-27B-DFlash
+    tp_size: 2
+    gpu_devices: [0, 2]
+  register: variant
+"""
+
+RETURN = r"""
+variant:
+  description: The canonical variant name.
+  returned: success
+  type: str
+  sample: shadow-balanced
+params:
+  description: The resolved parameters (inheritance and overrides applied).
+  returned: success
+  type: dict
+argv:
+  description: The server's flags for the installed SGLang version (no API key).
+  returned: success
+  type: list
+  elements: str
+exec_args:
+  description: RV(argv) quoted for a systemd C(ExecStart=) line.
+  returned: success
+  type: str
+sglang_version:
+  description: The SGLang version installed in O(python)'s environment.
+  returned: always
+  type: str
+  sample: 0.5.11
+max_position_embeddings:
+  description: The model's longest context, from its C(config.json).
+  returned: success
+  type: int
+errors:
+  description: Every problem found (the task fails when there is any).
+  returned: failure
+  type: list
+  elements: str
+"""
+
+import json
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.inferops.sglang.plugins.module_utils import _variants as variants_mod
+
+VERSION_PROBE = "import importlib.metadata as m; print(m.version('sglang'))"
+
+
+def _model_config(path: str, what: str, errors: list[str]) -> dict | None:
+    config = os.path.join(path, "config.json")
+    if not os.path.isdir(path):
+        errors.append(f"{what} {path} does not exist on the host")
+        return None
+    try:
+        with open(config, "r", encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError) as exc:
+        errors.append(f"{what} {path} has no readable config.json ({exc})")
+        return None
+    return data.get("text_config") or data
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(
+            name=dict(type="str", required=True),
+            variants=dict(type="dict", required=True),
+            aliases=dict(type="dict", default={}),
+            overrides=dict(type="dict", default={}),
+            common=dict(type="dict", default={}),
+            python=dict(type="path", default="/opt/sglang/venv/bin/python"),
+            model_path=dict(type="path", required=True),
+            served_model_name=dict(type="str"),
+            draft_model_path=dict(type="path"),
+            bind_host=dict(type="str", default="127.0.0.1"),
+            port=dict(type="int", default=30000),
+            tp_size=dict(type="int", required=True),
+            gpu_devices=dict(type="list", elements="int", required=True),
+            check_gpus=dict(type="bool", default=True),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        name, params = variants_mod.resolve(p["name"], p["variants"], p["aliases"], p["overrides"], p["common"])
+    except variants_mod.VariantError as exc:
+        module.fail_json(msg=str(exc), errors=[str(exc)])
+    errors = variants_mod.check(params)
+
+    devices = p["gpu_devices"]
+    if len(set(devices)) != len(devices) or any(d < 0 for d in devices):
+        errors.append(f"gpu_devices must be distinct GPU indexes, got {devices}")
+    if p["tp_size"] != len(devices):
+        errors.append(f"tp_size {p['tp_size']} does not match the {len(devices)} GPU(s) in gpu_devices {devices}")
+    if not 1 <= p["port"] <= 65535:
+        errors.append(f"port must be in [1, 65535], got {p['port']}")
+
+    config = _model_config(p["model_path"], "model_path", errors)
+    max_len = None
+    if config is not None:
+        max_len = int(config.get("max_position_embeddings") or 0) or None
+        ctx = params.get("context_length")
+        if max_len and isinstance(ctx, int) and ctx > max_len:
+            errors.append(f"context_length {ctx} exceeds the model's max_position_embeddings {max_len}")
+    if params.get("draft_model"):
+        if not p["draft_model_path"]:
+            errors.append(f"variant {name} needs a draft model but draft_model_path is not set")
+        else:
+            _model_config(p["draft_model_path"], "draft_model_path", errors)
+
+    if p["check_gpus"]:
+        for device in devices:
+            rc, out, err = module.run_command(["nvidia-smi", "-i", str(device), "--query-gpu=index,name,memory.total",
+                                               "--format=csv,noheader,nounits"])
+            if rc != 0:
+                text = " ".join((out + " " + err).split()) or f"exit code {rc}"
+                errors.append(f"GPU {device} is not usable: {text}")
+
+    version_text = None
+    if not (os.path.isfile(p["python"]) and os.access(p["python"], os.X_OK)):
+        errors.append(f"python {p['python']} does not exist: is SGLang installed (provision.yml)?")
+    else:
+        rc, out, err = module.run_command([p["python"], "-c", VERSION_PROBE])
+        if rc != 0:
+            errors.append(f"SGLang is not installed in {p['python']}'s environment: {(err or out).strip()[-300:]}")
+        else:
+            version_text = out.strip()
+    server = dict(model_path=p["model_path"], served_model_name=p["served_model_name"], host=p["bind_host"],
+                  port=p["port"], tp_size=p["tp_size"], draft_model_path=p["draft_model_path"])
+    args: list[str] = []
+    if version_text and not errors:
+        try:
+            version = variants_mod.parse_version(version_text)
+        except variants_mod.VariantError as exc:
+            errors.append(str(exc))
+        else:
+            args = variants_mod.argv(params, server, version)
+            rc, out, err = module.run_command([p["python"], "-m", "sglang.launch_server", "--help"])
+            if rc != 0:
+                errors.append(f"python -m sglang.launch_server --help failed (exit {rc}): {(err or out).strip()[-300:]}")
+            else:
+                errors.extend(variants_mod.unsupported(args, out + err))
+    if errors:
+        module.fail_json(msg=f"variant {name} cannot run on this host: " + "; ".join(errors), errors=errors,
+                         variant=name, sglang_version=version_text)
+    module.exit_json(changed=False, variant=name, params=params, argv=args, exec_args=variants_mod.quote(args),
+                     sglang_version=version_text, max_position_embeddings=max_len)
+
+
+if __name__ == "__main__":
+    main()
