@@ -12,12 +12,13 @@ version_added: 0.1.0
 description:
   - Resolves O(name) (or an alias) in the variant table, lays the host's overrides over it, and checks every
     parameter's type and range.
-  - On the host it then checks what the variant needs, read-only: the SGLang version installed in O(python)'s
-    environment; that C(python -m sglang.launch_server --help) accepts every flag of the rendered command line
+  - >-
+    On the host it then checks what the variant needs, read-only. The SGLang version installed in the environment
+    of O(python). That C(python -m sglang.launch_server --help) accepts every flag of the rendered command line
     and offers its speculative algorithm (a removed flag or a missing DDTree build is found here, not by a crashed
-    service); the model and draft model directories with their C(config.json); C(context_length) within the
-    model's C(max_position_embeddings); O(tp_size) equal to the number of O(gpu_devices); and each GPU in
-    O(gpu_devices) answering C(nvidia-smi) (a lost GPU fails here).
+    service). The model and draft model directories with their C(config.json). C(context_length) within the
+    maximum of the model (C(max_position_embeddings)). O(tp_size) equal to the number of O(gpu_devices). Each GPU
+    in O(gpu_devices) answering C(nvidia-smi) (a lost GPU fails here).
   - All problems are reported together; the module fails when there is any. It never changes anything.
 author:
   - inferops.sglang contributors (@inferops)
