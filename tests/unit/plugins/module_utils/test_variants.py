@@ -1,0 +1,148 @@
+"""Variants as data: resolution, parameter checks, and the command line per
+SGLang version, checked against the simulator's real argparse --help."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+
+import pytest
+import yaml
+from sim_helpers import LAB, REPO
+
+from ansible_collections.inferops.sglang.plugins.module_utils import _variants as v
+
+DEFAULTS = yaml.safe_load((REPO / "roles/sglang_service/defaults/main.yml").read_text())
+TABLE = DEFAULTS["sglang_service_variants"]
+ALIASES = DEFAULTS["sglang_service_variant_aliases"]
+SERVER = {"model_path": "/srv/models/Qwen3.6-27B", "served_model_name": "Qwen3.6-27B", "host": "127.0.0.1",
+          "port": 30000, "tp_size": 2, "draft_model_path": "/srv/models/Qwen3.6-27B-DFlash"}
+
+
+def test_alias_and_inheritance():
+    name, params = v.resolve("nograph", TABLE, ALIASES)
+    assert name == "shadow-nograph"
+    # shadow-nograph = shadow-small (= shadow with a small envelope) without CUDA graphs
+    assert params["speculative_algorithm"] == "DDTREE" and params["ddtree_shadow_linear"] is True
+    assert (params["context_length"], params["max_running_requests"], params["mem_fraction_static"]) == (32768, 4, 0.95)
+    assert params["cuda_graph"] is False
+    assert "inherits" not in params
+
+
+def test_overrides_apply_per_variant_then_common():
+    _, params = v.resolve("balanced", TABLE, ALIASES, overrides={"shadow-balanced": {"mem_fraction_static": 0.86},
+                                                                 "nextn": {"mem_fraction_static": 0.5}},
+                          common={"max_running_requests": 2})
+    assert params["mem_fraction_static"] == 0.86 and params["max_running_requests"] == 2
+    assert v.resolve("nextn", TABLE, ALIASES)[1]["mem_fraction_static"] == 0.88  # the table itself is not changed
+
+
+def test_unknown_variant_lists_the_valid_ones():
+    with pytest.raises(v.VariantError) as exc:
+        v.resolve("turbo", TABLE, ALIASES)
+    assert str(exc.value).startswith("unknown variant 'turbo'; valid variants: nextn, shadow, shadow-balanced, shadow-nograph, shadow-small")
+    assert "balanced -> shadow-balanced" in str(exc.value)
+
+
+def test_inheritance_loops_and_dangling_parents():
+    with pytest.raises(v.VariantError, match="inherits in a loop: a -> b -> a"):
+        v.resolve("a", {"a": {"inherits": "b"}, "b": {"inherits": "a"}})
+    with pytest.raises(v.VariantError, match="'a' inherits from unknown variant 'ghost'"):
+        v.resolve("a", {"a": {"inherits": "ghost"}})
+
+
+@pytest.mark.parametrize("override, error", [
+    ({"mem_fraction_static": 1.2}, "mem_fraction_static must be in (0, 1), got 1.2"),
+    ({"mem_fraction_static": 0}, "mem_fraction_static must be in (0, 1), got 0"),
+    ({"max_running_requests": 0}, "max_running_requests must be in [1, 65536], got 0"),
+    ({"context_length": "long"}, "context_length must be int, got 'long'"),
+    ({"cuda_graph": "no"}, "cuda_graph must be bool, got 'no'"),
+    ({"max_running_requests": True}, "max_running_requests must be int, got True"),
+    ({"mem_fration_static": 0.8}, "unknown parameter 'mem_fration_static'"),
+    ({"draft_model": False}, "speculative_algorithm DDTREE needs a draft model"),
+    ({"extra_args": ["--api-key", "x"]}, "extra_args must not carry --api-key"),
+])
+def test_parameter_checks(override, error):
+    _, params = v.resolve("shadow-balanced", TABLE, ALIASES, common=override)
+    assert any(error in e for e in v.check(params)), v.check(params)
+
+
+def test_the_default_table_is_clean():
+    for name in TABLE:
+        assert v.check(v.resolve(name, TABLE, ALIASES)[1]) == [], name
+
+
+def field_case_args(name: str) -> list[str]:
+    cases = yaml.safe_load((LAB / "field_cases.yml").read_text())
+    case = next(c for c in cases["lab_cases"] if c["name"] == name)
+    text = case["args"].replace("{{ lab_ddtree_args }}", cases["lab_ddtree_args"])
+    return shlex.split(cases["lab_common_args"]) + shlex.split(text)
+
+
+@pytest.mark.parametrize("name", ["nextn", "shadow", "shadow-small", "shadow-nograph", "shadow-balanced"])
+def test_the_table_renders_the_field_storys_command_lines(name):
+    """The lab's field cases are the command lines the field ran; the variant
+    table must render the same flags and values (order aside)."""
+    rendered = v.argv(v.resolve(name, TABLE, ALIASES)[1], SERVER, (0, 5, 11))
+
+    def pairs(args):
+        out, i = set(), 0
+        while i < len(args):
+            if i + 1 < len(args) and not args[i + 1].startswith("--"):
+                out.add((args[i], args[i + 1]))
+                i += 2
+            else:
+                out.add((args[i], None))
+                i += 1
+        return out
+
+    assert pairs(rendered) == pairs(field_case_args(name))
+
+
+def test_cuda_graph_flags_follow_the_version():
+    _, nograph = v.resolve("shadow-nograph", TABLE, ALIASES)
+    assert "--disable-cuda-graph" in v.argv(nograph, SERVER, (0, 5, 11))
+    new = v.argv(nograph, SERVER, (0, 5, 20))
+    assert "--disable-cuda-graph" not in new
+    assert new[new.index("--cuda-graph-backend-decode") + 1] == "disabled"
+    _, small = v.resolve("shadow-small", TABLE, ALIASES, common={"cuda_graph_max_bs": 8})
+    assert v.argv(small, SERVER, (0, 5, 19))[-2:] == ["--cuda-graph-max-bs", "8"]
+    assert v.argv(small, SERVER, (0, 5, 23))[-2:] == ["--cuda-graph-max-bs-decode", "8"]
+
+
+def sim_help(sim_install, version: str, ddtree: bool) -> str:
+    env = dict(os.environ, PYTHONPATH=str(sim_install(version, ddtree)))
+    out = subprocess.run([sys.executable, "-m", "sglang.launch_server", "--help"], env=env, capture_output=True,
+                         text=True, check=True)
+    return out.stdout
+
+
+def test_flags_checked_against_the_installed_servers_help(sim_install):
+    _, small = v.resolve("shadow-small", TABLE, ALIASES, common={"cuda_graph_max_bs": 8})
+    old_render = v.argv(small, SERVER, (0, 5, 11))
+    help_020 = sim_help(sim_install, "0.5.20", ddtree=True)
+    assert v.unsupported(old_render, help_020) == ["flag --cuda-graph-max-bs is not accepted by the installed SGLang"]
+    assert v.unsupported(v.argv(small, SERVER, (0, 5, 20)), help_020) == []
+
+
+def test_ddtree_needs_the_patched_build(sim_install):
+    _, shadow = v.resolve("shadow", TABLE, ALIASES)
+    problems = v.unsupported(v.argv(shadow, SERVER, (0, 5, 11)), sim_help(sim_install, "0.5.11", ddtree=False))
+    assert "flag --speculative-ddtree-shadow-linear is not accepted by the installed SGLang" in problems
+    assert any(p.startswith("speculative algorithm DDTREE is not offered") and p.endswith("needs the patched DDTree build")
+               for p in problems)
+    assert v.unsupported(v.argv(shadow, SERVER, (0, 5, 11)), sim_help(sim_install, "0.5.11", ddtree=True)) == []
+
+
+def test_systemd_quoting():
+    assert v.quote(["--model-path", "/srv/models/My Model", "--served-model-name", "50%", "x$y"]) == \
+        '--model-path "/srv/models/My Model" --served-model-name 50%% "x$$y"'
+
+
+def test_version_parsing():
+    assert v.parse_version("0.5.11+simulator") == (0, 5, 11)
+    assert v.parse_version("0.5.23.post1") == (0, 5, 23)
+    with pytest.raises(v.VariantError):
+        v.parse_version("unknown")
