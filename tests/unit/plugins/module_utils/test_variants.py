@@ -21,6 +21,10 @@ SERVER = {"model_path": "/srv/models/Qwen3.6-27B", "served_model_name": "Qwen3.6
           "port": 30000, "tp_size": 2, "draft_model_path": "/srv/models/Qwen3.6-27B-DFlash"}
 
 
+def params_of(*args, **kwargs) -> dict:
+    return v.resolve(*args, **kwargs)[1]
+
+
 def test_alias_and_inheritance():
     name, params = v.resolve("nograph", TABLE, ALIASES)
     assert name == "shadow-nograph"
@@ -32,9 +36,8 @@ def test_alias_and_inheritance():
 
 
 def test_overrides_apply_per_variant_then_common():
-    _, params = v.resolve("balanced", TABLE, ALIASES, overrides={"shadow-balanced": {"mem_fraction_static": 0.86},
-                                                                 "nextn": {"mem_fraction_static": 0.5}},
-                          common={"max_running_requests": 2})
+    overrides = {"shadow-balanced": {"mem_fraction_static": 0.86}, "nextn": {"mem_fraction_static": 0.5}}
+    params = params_of("balanced", TABLE, ALIASES, overrides=overrides, common={"max_running_requests": 2})
     assert params["mem_fraction_static"] == 0.86 and params["max_running_requests"] == 2
     assert v.resolve("nextn", TABLE, ALIASES)[1]["mem_fraction_static"] == 0.88  # the table itself is not changed
 
@@ -65,7 +68,7 @@ def test_inheritance_loops_and_dangling_parents():
     ({"extra_args": ["--api-key", "x"]}, "extra_args must not carry --api-key"),
 ])
 def test_parameter_checks(override, error):
-    _, params = v.resolve("shadow-balanced", TABLE, ALIASES, common=override)
+    params = params_of("shadow-balanced", TABLE, ALIASES, common=override)
     assert any(error in e for e in v.check(params)), v.check(params)
 
 
@@ -102,12 +105,12 @@ def test_the_table_renders_the_field_storys_command_lines(name):
 
 
 def test_cuda_graph_flags_follow_the_version():
-    _, nograph = v.resolve("shadow-nograph", TABLE, ALIASES)
+    nograph = params_of("shadow-nograph", TABLE, ALIASES)
     assert "--disable-cuda-graph" in v.argv(nograph, SERVER, (0, 5, 11))
     new = v.argv(nograph, SERVER, (0, 5, 20))
     assert "--disable-cuda-graph" not in new
     assert new[new.index("--cuda-graph-backend-decode") + 1] == "disabled"
-    _, small = v.resolve("shadow-small", TABLE, ALIASES, common={"cuda_graph_max_bs": 8})
+    small = params_of("shadow-small", TABLE, ALIASES, common={"cuda_graph_max_bs": 8})
     assert v.argv(small, SERVER, (0, 5, 19))[-2:] == ["--cuda-graph-max-bs", "8"]
     assert v.argv(small, SERVER, (0, 5, 23))[-2:] == ["--cuda-graph-max-bs-decode", "8"]
 
@@ -120,7 +123,7 @@ def sim_help(sim_install, version: str, ddtree: bool) -> str:
 
 
 def test_flags_checked_against_the_installed_servers_help(sim_install):
-    _, small = v.resolve("shadow-small", TABLE, ALIASES, common={"cuda_graph_max_bs": 8})
+    small = params_of("shadow-small", TABLE, ALIASES, common={"cuda_graph_max_bs": 8})
     old_render = v.argv(small, SERVER, (0, 5, 11))
     help_020 = sim_help(sim_install, "0.5.20", ddtree=True)
     assert v.unsupported(old_render, help_020) == ["flag --cuda-graph-max-bs is not accepted by the installed SGLang"]
@@ -128,7 +131,7 @@ def test_flags_checked_against_the_installed_servers_help(sim_install):
 
 
 def test_ddtree_needs_the_patched_build(sim_install):
-    _, shadow = v.resolve("shadow", TABLE, ALIASES)
+    shadow = params_of("shadow", TABLE, ALIASES)
     problems = v.unsupported(v.argv(shadow, SERVER, (0, 5, 11)), sim_help(sim_install, "0.5.11", ddtree=False))
     assert "flag --speculative-ddtree-shadow-linear is not accepted by the installed SGLang" in problems
     assert any(p.startswith("speculative algorithm DDTREE is not offered") and p.endswith("needs the patched DDTree build")

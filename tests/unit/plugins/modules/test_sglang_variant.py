@@ -1,0 +1,110 @@
+"""sglang_variant: the host preflight, run for real against the simulator's
+installed package (version, --help), the lab model directories and the fake
+nvidia-smi reading ct129's hardware file (GPU 1 lost)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+
+import pytest
+import yaml
+from ansible.module_utils.testing import patch_module_args
+from sim_helpers import LAB, MODELS, REPO
+
+from ansible_collections.inferops.sglang.plugins.modules import sglang_variant
+
+DEFAULTS = yaml.safe_load((REPO / "roles/sglang_service/defaults/main.yml").read_text())
+
+
+@pytest.fixture
+def host(sim_install, hardware, tmp_path, monkeypatch):
+    """A controller-side stand-in for ct129: SGLang (the simulator) importable by
+    sys.executable, nvidia-smi on PATH."""
+
+    def make(version: str = "0.5.11", ddtree: bool = True) -> None:
+        monkeypatch.setenv("PYTHONPATH", str(sim_install(version, ddtree)))
+        for key, value in hardware("ct129").items():
+            if key.startswith("SGLANG_SIM"):
+                monkeypatch.setenv(key, value)
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir(exist_ok=True)
+        smi = bin_dir / "nvidia-smi"
+        smi.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'import sys; sys.path.insert(0, \"{LAB / 'simulator'}\"); "
+                       "from sglang_simulator import nvidia_smi; sys.exit(nvidia_smi.main(sys.argv[1:]))' \"$@\"\n")
+        smi.chmod(smi.stat().st_mode | stat.S_IXUSR)
+        monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+
+    return make
+
+
+def run(capsys, **overrides) -> tuple[int, dict]:
+    args = dict(name="balanced", variants=DEFAULTS["sglang_service_variants"],
+                aliases=DEFAULTS["sglang_service_variant_aliases"], python=sys.executable,
+                model_path=str(MODELS / "Qwen3.6-27B"), served_model_name="Qwen3.6-27B",
+                draft_model_path=str(MODELS / "Qwen3.6-27B-DFlash"), tp_size=2, gpu_devices=[0, 2])
+    args.update(overrides)
+    with patch_module_args(args):
+        with pytest.raises(SystemExit) as exc:
+            sglang_variant.main()
+    return exc.value.code, json.loads(capsys.readouterr().out)
+
+
+def test_balanced_resolves_and_passes_on_ct129(host, capsys):
+    host()
+    rc, result = run(capsys)
+    assert rc == 0, result
+    assert result["variant"] == "shadow-balanced" and result["sglang_version"] == "0.5.11+simulator"
+    assert "--disable-cuda-graph" in result["argv"]
+    assert result["exec_args"].startswith("--model-path ")
+    assert result["max_position_embeddings"] == 262144
+    assert result["changed"] is False
+
+
+def test_all_problems_are_reported_together(host, capsys):
+    host()
+    rc, result = run(capsys, gpu_devices=[0, 1], tp_size=4, common={"context_length": 300000})
+    assert rc == 1
+    errors = result["errors"]
+    assert "tp_size 4 does not match the 2 GPU(s) in gpu_devices [0, 1]" in errors
+    assert "context_length 300000 exceeds the model's max_position_embeddings 262144" in errors
+    assert any(e.startswith("GPU 1 is not usable: Unable to determine the device handle for GPU0000:21:00.0: GPU is lost.")
+               for e in errors)
+    assert result["msg"].startswith("variant shadow-balanced cannot run on this host: ")
+
+
+def test_a_removed_flag_is_found_before_the_unit_changes(host, capsys):
+    host(version="0.5.20")
+    rc, result = run(capsys, name="nextn", common={"extra_args": ["--cuda-graph-max-bs", "16"]})
+    assert rc == 1
+    assert result["errors"] == ["flag --cuda-graph-max-bs is not accepted by the installed SGLang"]
+    assert result["sglang_version"] == "0.5.20+simulator"
+
+
+def test_ddtree_without_the_patched_build(host, capsys):
+    host(ddtree=False)
+    rc, result = run(capsys, name="shadow")
+    assert rc == 1
+    assert any("needs the patched DDTree build" in e for e in result["errors"])
+
+
+def test_missing_model_and_draft(host, capsys, tmp_path):
+    host()
+    rc, result = run(capsys, model_path=str(tmp_path / "absent"), draft_model_path=str(tmp_path))
+    assert rc == 1
+    assert f"model_path {tmp_path / 'absent'} does not exist on the host" in result["errors"]
+    assert any(e.startswith(f"draft_model_path {tmp_path} has no readable config.json") for e in result["errors"])
+
+
+def test_unknown_variant(host, capsys):
+    host()
+    rc, result = run(capsys, name="turbo")
+    assert rc == 1 and result["msg"].startswith("unknown variant 'turbo'; valid variants: nextn, shadow")
+
+
+def test_sglang_not_installed(capsys, tmp_path):
+    rc, result = run(capsys, python=str(tmp_path / "venv/bin/python"), check_gpus=False)
+    assert rc == 1
+    assert f"python {tmp_path / 'venv/bin/python'} does not exist: is SGLang installed (provision.yml)?" in result["errors"]
