@@ -22,13 +22,8 @@ description:
   - All problems are reported together; the module fails when there is any. It never changes anything.
 author:
   - inferops.sglang contributors (@inferops)
-attributes:
-  check_mode:
-    description: Can run in check mode and return the changed status prediction without modifying the target.
-    support: full
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
+extends_documentation_fragment:
+  - inferops.sglang.attributes.READ_ONLY
 options:
   name:
     description: The variant to resolve (a name or an alias).

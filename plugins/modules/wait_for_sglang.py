@@ -43,14 +43,11 @@ description:
     runs (C(journalctl -t ansible-wait_for_sglang -f)) and returned in RV(timeline) and RV(last_log_line).
 author:
   - inferops.sglang contributors (@inferops)
+extends_documentation_fragment:
+  - inferops.sglang.attributes.READ_ONLY
 attributes:
   check_mode:
-    description: Can run in check mode and return the changed status prediction without modifying the target.
-    support: full
     details: In check mode nothing is requested from the server; the module reports what it would wait for.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
 options:
   url:
     description: Base URL of the SGLang server, as seen from the target host.
