@@ -196,6 +196,11 @@ class UnitWatcher:
         end = self.exit_mono if self.exit_mono and self.exit_mono >= self.start_mono else time.monotonic()
         return max(0.0, end - self.start_mono)
 
+    def sync(self) -> None:
+        """Have journald store everything written before now (a dead server's
+        last lines may still be in its stream buffer). Needs root; best effort."""
+        self.run_command(["journalctl", "--sync"])
+
     def new_lines(self) -> list[str]:
         argv = ["journalctl", "-u", self.unit, "-o", "json", "--no-pager", "-q"]
         start_us = None
@@ -568,8 +573,9 @@ class Gate:
         if failure is not None and failure.failure != "unauthorized" and self.watcher.has_log:
             # A crash's last lines can reach the journal a moment after systemd
             # saw the process die (journald reads service output from a stream):
-            # read again for up to 2 s until the log names a cause.
-            until = time.monotonic() + 2.0
+            # sync the journal, then read again for up to 3 s until a cause shows.
+            getattr(self.watcher, "sync", lambda: None)()
+            until = time.monotonic() + 3.0
             while True:
                 self._read_log()
                 if sglog.classify(list(self.lines)) or time.monotonic() >= until:
