@@ -213,9 +213,9 @@ def test_server_dying_on_the_request_is_a_process_failure(fake):
 
 def test_exit_during_settle_is_caught(fake):
     server = fake(exit_after=1.0)
-    result = gate(server.port, r.PidWatcher(server.pid, str(server.log)), settle=5)
+    result = gate(server.port, r.PidWatcher(server.pid, str(server.log)), settle=30)
     assert (result["phase"], result["failure"]) == ("settled", "process_exited")
-    assert result["elapsed"] < 4
+    assert result["elapsed"] < 10  # not the 30 s settle
 
 
 @pytest.mark.parametrize("status", [401, 403])
