@@ -40,7 +40,7 @@ description:
     C(model_path) (missing model directory or config.json), C(context_length), C(invalid_argument), C(warmup_failed),
     or C(unknown) when the log of a failed process names none of these.'
   - The progress (each phase reached, fatal log lines) is written to the target's syslog/journal while the module
-    runs (C(journalctl -t ansible-wait_for_sglang -f)) and returned in RV(timeline) and RV(last_log_line).
+    runs (C(journalctl -t ansible-inferops.sglang.wait_for_sglang -f)) and returned in RV(timeline) and RV(last_log_line).
 author:
   - inferops.sglang contributors (@inferops)
 extends_documentation_fragment:
