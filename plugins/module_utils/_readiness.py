@@ -107,6 +107,7 @@ class UnitWatcher:
     PROPS = (
         "LoadState", "ActiveState", "SubState", "Result", "MainPID", "NRestarts", "InvocationID",
         "ExecMainCode", "ExecMainStatus", "InactiveExitTimestampMonotonic", "ExecMainExitTimestampMonotonic",
+        "SyslogIdentifier",
     )
 
     def __init__(self, unit: str, run_command) -> None:
@@ -202,10 +203,25 @@ class UnitWatcher:
         self.run_command(["journalctl", "--sync"])
 
     def new_lines(self) -> list[str]:
-        argv = ["journalctl", "-u", self.unit, "-o", "json", "--no-pager", "-q"]
+        lines, self.cursor = self._journal(["-u", self.unit], self.cursor)
+        return lines
+
+    def identifier_lines(self) -> list[str]:
+        """The output of a process that died at once can reach journald after
+        journald can no longer tell which unit it came from (the entries lack
+        _SYSTEMD_UNIT and ``-u`` misses them). The stream still carries the
+        unit's SyslogIdentifier: read this start's lines by that."""
+        ident = self.props.get("SyslogIdentifier")
+        if not ident:
+            return []
+        lines, _cursor = self._journal([f"SYSLOG_IDENTIFIER={ident}"], None)
+        return lines
+
+    def _journal(self, match: list[str], cursor: str | None) -> tuple[list[str], str | None]:
+        argv = ["journalctl", *match, "-o", "json", "--no-pager", "-q"]
         start_us = None
-        if self.cursor:
-            argv.append(f"--after-cursor={self.cursor}")
+        if cursor:
+            argv.append(f"--after-cursor={cursor}")
         elif self.start_mono is not None:
             start_epoch = time.time() - (time.monotonic() - self.start_mono)
             start_us = int(start_epoch * 1e6)
@@ -215,14 +231,14 @@ class UnitWatcher:
         rc, out, err = self.run_command(argv)
         if rc != 0:
             self.journal_error = (err or out).strip()[:300]
-            return []
+            return [], cursor
         lines = []
         for raw in out.splitlines():
             try:
                 entry = json.loads(raw)
             except ValueError:
                 continue
-            self.cursor = entry.get("__CURSOR", self.cursor)
+            cursor = entry.get("__CURSOR", cursor)
             if start_us is not None and int(entry.get("__REALTIME_TIMESTAMP", 0)) < start_us - 2000:
                 continue
             message = entry.get("MESSAGE")
@@ -231,7 +247,7 @@ class UnitWatcher:
             if message is None:
                 continue
             lines.extend(str(message).splitlines() or [""])
-        return lines
+        return lines, cursor
 
     def describe(self) -> dict:
         p = self.props
@@ -581,6 +597,10 @@ class Gate:
                 if sglog.classify(list(self.lines)) or time.monotonic() >= until:
                     break
                 time.sleep(0.2)
+            if not sglog.classify(list(self.lines)):
+                extra = getattr(self.watcher, "identifier_lines", lambda: [])()
+                if sglog.classify(extra):
+                    self.lines.extend(extra)
         lines = list(self.lines)
         found = sglog.classify(lines) if failure is not None else None
         since_start = self.watcher.since_start()
