@@ -206,15 +206,15 @@ class UnitWatcher:
         lines, self.cursor = self._journal(["-u", self.unit], self.cursor)
         return lines
 
-    def identifier_lines(self) -> list[str]:
-        """The output of a process that died at once can reach journald after
-        journald can no longer tell which unit it came from (the entries lack
-        _SYSTEMD_UNIT and ``-u`` misses them). The stream still carries the
-        unit's SyslogIdentifier: read this start's lines by that."""
+    def all_lines(self) -> list[str]:
+        """This start's whole log, read again from the start rather than from
+        the last cursor (a crashed server's last stream lines can be stored
+        after systemd's own messages about its death), plus the lines carrying
+        the unit's SyslogIdentifier."""
+        lines, _cursor = self._journal(["-u", self.unit], None)
         ident = self.props.get("SyslogIdentifier")
-        if not ident:
-            return []
-        lines, _cursor = self._journal([f"SYSLOG_IDENTIFIER={ident}"], None)
+        if ident:
+            lines += self._journal([f"SYSLOG_IDENTIFIER={ident}"], None)[0]
         return lines
 
     def _journal(self, match: list[str], cursor: str | None) -> tuple[list[str], str | None]:
@@ -598,7 +598,7 @@ class Gate:
                     break
                 time.sleep(0.2)
             if not sglog.classify(list(self.lines)):
-                extra = getattr(self.watcher, "identifier_lines", lambda: [])()
+                extra = getattr(self.watcher, "all_lines", lambda: [])()
                 if sglog.classify(extra):
                     self.lines.extend(extra)
         lines = list(self.lines)
