@@ -589,9 +589,9 @@ class Gate:
         if failure is not None and failure.failure != "unauthorized" and self.watcher.has_log:
             # A crash's last lines can reach the journal a moment after systemd
             # saw the process die (journald reads service output from a stream):
-            # sync the journal, then read again for up to 3 s until a cause shows.
+            # sync the journal, then read again for up to 6 s until a cause shows.
             getattr(self.watcher, "sync", lambda: None)()
-            until = time.monotonic() + 3.0
+            until = time.monotonic() + 6.0
             while True:
                 self._read_log()
                 if sglog.classify(list(self.lines)) or time.monotonic() >= until:
