@@ -299,7 +299,7 @@ def test_unit_state_changes_end_the_wait(later, failure, detail):
     result = gate(free_port(), watcher, timeout=30)
     assert result["failure"] == failure
     assert detail in result["detail"]
-    assert result["elapsed"] < 5
+    assert result["elapsed"] < 10  # the 30 s deadline is not waited out (up to 6 s go to looking for a cause)
     assert result["msg"].startswith("unit sglang-qwen.service")
 
 
