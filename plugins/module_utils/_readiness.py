@@ -76,7 +76,8 @@ class Observation:
 
 
 class NoWatcher:
-    """No process given: the gate can only watch HTTP (no fail-fast)."""
+    """No process given: the gate can only watch HTTP (no fail-fast). Also the
+    base of the other watchers: the hooks a watcher without a journal lacks."""
 
     kind = "none"
     pid = None
@@ -91,14 +92,23 @@ class NoWatcher:
     def new_lines(self) -> list[str]:
         return []
 
+    def all_lines(self) -> list[str]:
+        return []
+
+    def sync(self) -> None:
+        return None
+
     def since_start(self) -> float | None:
+        return None
+
+    def detection_delay(self) -> float | None:
         return None
 
     def describe(self) -> dict:
         return {"kind": "none"}
 
 
-class UnitWatcher:
+class UnitWatcher(NoWatcher):
     """A systemd unit: ActiveState/SubState, MainPID, NRestarts, and its journal
     from the start of the current activation."""
 
@@ -265,7 +275,7 @@ class UnitWatcher:
         }
 
 
-class PidWatcher:
+class PidWatcher(NoWatcher):
     """A process by PID (servers not under systemd), with an optional log file."""
 
     kind = "pid"
@@ -590,7 +600,7 @@ class Gate:
             # A crash's last lines can reach the journal a moment after systemd
             # saw the process die (journald reads service output from a stream):
             # sync the journal, then read again for up to 6 s until a cause shows.
-            getattr(self.watcher, "sync", lambda: None)()
+            self.watcher.sync()
             until = time.monotonic() + 6.0
             while True:
                 self._read_log()
@@ -598,13 +608,13 @@ class Gate:
                     break
                 time.sleep(0.2)
             if not sglog.classify(list(self.lines)):
-                extra = getattr(self.watcher, "all_lines", lambda: [])()
+                extra = self.watcher.all_lines()
                 if sglog.classify(extra):
                     self.lines.extend(extra)
         lines = list(self.lines)
         found = sglog.classify(lines) if failure is not None else None
         since_start = self.watcher.since_start()
-        delay = getattr(self.watcher, "detection_delay", lambda: None)() if failure is not None else None
+        delay = self.watcher.detection_delay() if failure is not None else None
         result = {
             "ready": failure is None,
             "phase": self.phase,
