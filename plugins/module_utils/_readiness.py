@@ -116,8 +116,8 @@ class UnitWatcher(NoWatcher):
     has_log = True
     PROPS = (
         "LoadState", "ActiveState", "SubState", "Result", "MainPID", "NRestarts", "InvocationID",
-        "ExecMainCode", "ExecMainStatus", "InactiveExitTimestampMonotonic", "ExecMainExitTimestampMonotonic",
-        "SyslogIdentifier",
+        "ExecMainCode", "ExecMainStatus", "InactiveExitTimestampMonotonic", "ExecMainStartTimestampMonotonic",
+        "ExecMainExitTimestampMonotonic", "SyslogIdentifier",
     )
 
     def __init__(self, unit: str, run_command) -> None:
@@ -157,8 +157,21 @@ class UnitWatcher(NoWatcher):
             raise GateFailure("unit_missing", f"unit {self.unit} is {self.props.get('LoadState', 'unknown')} (not installed?)")
         self.base_pid = int(self.props.get("MainPID") or 0)
         self.base_restarts = int(self.props.get("NRestarts") or 0)
-        self.start_mono = self._mono(self.props.get("InactiveExitTimestampMonotonic"))
+        self.start_mono = self._run_start()
         return self._judge()
+
+    def _run_start(self) -> float | None:
+        """When the current run began: the unit's last exit from inactive, except
+        when its main process already died and systemd holds it for an automatic
+        restart. Entering auto-restart passes through inactive, so that timestamp
+        is the crash itself; the run began when its main process started."""
+        left_inactive = self._mono(self.props.get("InactiveExitTimestampMonotonic"))
+        main_start = self._mono(self.props.get("ExecMainStartTimestampMonotonic"))
+        main_exit = self._mono(self.props.get("ExecMainExitTimestampMonotonic"))
+        held = self.props.get("SubState") == "auto-restart"
+        if held and left_inactive and main_start and main_exit and main_start <= main_exit <= left_inactive:
+            return main_start
+        return left_inactive
 
     def poll(self) -> Observation:
         self.props = self._show()

@@ -274,7 +274,12 @@ def fake_systemctl(states: list[dict], journal: list[dict] | None = None):
             props = states[min(calls["show"], len(states) - 1)]
             calls["show"] += 1
             return 0, "".join(f"{k}={v}\n" for k, v in props.items()), ""
-        return 0, "".join(json.dumps(e) + "\n" for e in (journal or [])), ""
+        entries = list(journal or [])
+        after = next((a.split("=", 1)[1] for a in argv if a.startswith("--after-cursor=")), None)
+        if after is not None:  # as journalctl does: only the entries after that cursor
+            cursors = [e.get("__CURSOR") for e in entries]
+            entries = entries[cursors.index(after) + 1:] if after in cursors else []
+        return 0, "".join(json.dumps(e) + "\n" for e in entries), ""
 
     return run
 
@@ -329,3 +334,52 @@ def test_journal_since_the_units_start_only():
     assert result["since_start"] == pytest.approx(33.5, abs=0.2)
     assert result["msg"].startswith("unit sglang-qwen.service failed 34 s after start (failed/failed, Result: signal")
     assert "SGLang could not size its KV pool" in result["msg"]
+
+
+def test_gate_begun_after_the_crash_reads_the_crashed_run():
+    """A gate that starts after the server already died (a slow controller) finds
+    the unit held for an automatic restart. systemd 252 passes it through inactive
+    on the way, so InactiveExitTimestamp is the crash itself: the crashed run's
+    lines are those since its main process started, not since that timestamp."""
+    start = time.monotonic() - 8
+    start_us = int((time.time() - 8) * 1e6)
+    held = {**BASE, "ActiveState": "activating", "SubState": "auto-restart", "Result": "signal", "MainPID": "0",
+            "ExecMainCode": "2", "ExecMainStatus": "9",
+            "ExecMainStartTimestampMonotonic": str(int(start * 1e6)),
+            "ExecMainExitTimestampMonotonic": str(int((start + 1.1) * 1e6)),
+            "InactiveExitTimestampMonotonic": str(int((start + 1.1) * 1e6) + 400)}
+    journal = [
+        {"__CURSOR": "c1", "__REALTIME_TIMESTAMP": str(start_us - 60_000_000),
+         "MESSAGE": "RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable"},  # an older run
+        {"__CURSOR": "c2", "__REALTIME_TIMESTAMP": str(start_us + 300_000), "MESSAGE": "Load weight begin. avail mem=47.50 GB"},
+        {"__CURSOR": "c3", "__REALTIME_TIMESTAMP": str(start_us + 1_050_000),
+         "MESSAGE": "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current value: mem_fraction_static=0.88"},
+        {"__CURSOR": "c4", "__REALTIME_TIMESTAMP": str(start_us + 1_100_500),
+         "MESSAGE": "sglang-qwen.service: Main process exited, code=killed, status=9/KILL"},
+    ]
+    watcher = r.UnitWatcher("sglang-qwen.service", fake_systemctl([held], journal))
+    result = gate(free_port(), watcher)
+    assert (result["failure"], result["cause"]) == ("unit_restarted", "kv_pool_too_small")
+    assert result["since_start"] == pytest.approx(1.1, abs=0.05)
+    assert result["detection_delay"] == pytest.approx(6.9, abs=1.0)
+    assert "CUDA-capable device" not in " ".join(result["evidence"])
+
+
+def test_a_fresh_start_does_not_read_the_previous_crash():
+    """The same timestamps outside auto-restart (a new start after a failed run)
+    keep the new run's start: the old run's cause is not reported again."""
+    start = time.monotonic() - 8
+    start_us = int((time.time() - 8) * 1e6)
+    failed = {**BASE, "ActiveState": "failed", "SubState": "failed", "Result": "exit-code", "MainPID": "0",
+              "ExecMainCode": "1", "ExecMainStatus": "1",
+              "ExecMainStartTimestampMonotonic": str(int(start * 1e6)),
+              "ExecMainExitTimestampMonotonic": str(int((start + 1.1) * 1e6)),
+              "InactiveExitTimestampMonotonic": str(int((start + 5) * 1e6))}
+    journal = [
+        {"__CURSOR": "c1", "__REALTIME_TIMESTAMP": str(start_us + 1_050_000),
+         "MESSAGE": "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."},
+        {"__CURSOR": "c2", "__REALTIME_TIMESTAMP": str(start_us + 5_200_000), "MESSAGE": "ValueError: nope"},
+    ]
+    watcher = r.UnitWatcher("sglang-qwen.service", fake_systemctl([failed], journal))
+    result = gate(free_port(), watcher)
+    assert result["cause"] != "kv_pool_too_small"
