@@ -615,12 +615,11 @@ class Gate:
             # sync the journal, then read again for up to 6 s until a cause shows.
             self.watcher.sync()
             until = time.monotonic() + 6.0
-            while True:
-                self._read_log()
-                if sglog.classify(list(self.lines)) or time.monotonic() >= until:
-                    break
+            self._read_log()
+            while not sglog.classify(list(self.lines)) and time.monotonic() < until:
                 time.sleep(0.2)
-            if not sglog.classify(list(self.lines)):
+                self._read_log()
+            if time.monotonic() >= until:
                 extra = self.watcher.all_lines()
                 if sglog.classify(extra):
                     self.lines.extend(extra)
