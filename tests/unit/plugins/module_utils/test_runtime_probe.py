@@ -1,0 +1,131 @@
+"""The runtime probe's logic: pins against the toolkit, PEP 440 exact pins with
+local labels, the default libraries per SGLang release, the unit's library path,
+and the verdict on a probe report (the report itself comes from a real venv in
+tests/unit/plugins/modules/test_sglang_runtime_probe.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from ansible_collections.inferops.sglang.plugins.module_utils import _runtime_probe as probe
+
+CUDA13 = (13, 0)
+
+
+@pytest.mark.parametrize("text, expected", [("13.0", (13, 0)), ("13.0.2", (13, 0)), ("CUDA 12.8", (12, 8)), (13.0, (13, 0))])
+def test_cuda_major_minor(text, expected):
+    assert probe.cuda_major_minor(text) == expected
+
+
+def test_cuda_major_minor_rejects_a_bare_major():
+    with pytest.raises(probe.ProbeError, match=r"cannot read a CUDA major.minor version from '13' \(expected e.g. 13.0\)"):
+        probe.cuda_major_minor("13")
+
+
+@pytest.mark.parametrize("installed, pin, ok", [
+    ("2.11.0+cu130", "2.11.0+cu130", True),
+    ("2.11.0+cu128", "2.11.0+cu130", False),
+    ("2.11.0", "2.11.0+cu130", False),
+    ("2.11.0+cu130", "2.11.0", True),          # a pin without a label accepts any build, as pip does
+    ("0.5.11+simulator", "0.5.11", True),
+    ("0.5.11+simulator", "0.5.11+simulator", True),
+    ("0.5.10", "0.5.11", False),
+    ("0.5.11", "0.5.11.0", True),              # PEP 440: trailing zeros are equal
+    ("0.5.11rc1", "0.5.11", False),
+    ("2.11.0+CU130", "2.11.0+cu130", True),
+    (None, "0.5.11", False),
+])
+def test_version_matches_exact_pins(installed, pin, ok):
+    assert probe.version_matches(installed, pin) is ok
+
+
+def test_the_torch_pin_must_be_the_toolkits_cuda_build():
+    assert probe.pin_errors("2.11.0+cu130", CUDA13) == []
+    assert probe.pin_errors(None, CUDA13) == []
+    assert probe.pin_errors("2.11.0+cu128", CUDA13) == [
+        "the torch pin 2.11.0+cu128 is built for CUDA 12.8 but the toolkit is CUDA 13.0: pin 2.11.0+cu130 (or change the toolkit)"]
+    assert probe.pin_errors("2.11.0+cpu", CUDA13) == [
+        "the torch pin 2.11.0+cpu is not a CUDA build (cpu); the toolkit is CUDA 13.0: pin 2.11.0+cu130"]
+    assert probe.pin_errors("2.11.0", CUDA13) == [
+        "the torch pin 2.11.0 names no CUDA build; the toolkit is CUDA 13.0: pin 2.11.0+cu130"]
+    assert probe.pin_errors("2.8.0+cu128", (12, 8)) == []
+
+
+def test_default_libraries_follow_the_sglang_release_line_and_the_cuda_major():
+    assert probe.default_libraries("0.5.11", CUDA13) == ["libcudart.so.13"]
+    assert probe.default_libraries("0.5.11", (12, 8)) == ["libcudart.so.12"]
+    assert probe.default_libraries(None, CUDA13) == ["libcudart.so.13"]
+    assert probe.default_libraries("0.7.0", CUDA13) == ["libcudart.so.13"]  # newer than the table: the newest line
+
+
+def test_the_library_path_is_the_toolkit_then_the_units():
+    assert probe.library_path("/usr/local/cuda-13.0", ["/opt/extra"], {"LD_LIBRARY_PATH": "/opt/more:/opt/extra"}) == \
+        "/usr/local/cuda-13.0/lib64:/opt/extra:/opt/more"
+
+
+def test_the_probe_runs_with_only_the_units_environment():
+    argv = probe.command("/opt/sglang/venv/bin/python", "/usr/local/cuda-13.0/lib64", {"CUDA_HOME": "/usr/local/cuda-13.0"}, 60)
+    assert argv[:5] == ["timeout", "--kill-after=10", "60", "env", "-i"]
+    env = argv[5:argv.index("/opt/sglang/venv/bin/python")]
+    assert "LD_LIBRARY_PATH=/usr/local/cuda-13.0/lib64" in env and "CUDA_HOME=/usr/local/cuda-13.0" in env
+    assert any(item.startswith("PATH=/opt/sglang/venv/bin:") for item in env)
+    assert argv[-2:] == ["-c", probe.PROBE_SOURCE]
+
+
+def test_the_probe_program_runs_on_a_plain_interpreter():
+    # No venv, no torch: the program still reports, and says why torch is missing.
+    data = probe.request(["versions", "torch", "libraries"], ["no-such-dist"], ["libc.so.6", "libnothere.so.1"],
+                         "no_such_package.ddtree_utils")
+    out = subprocess.run([sys.executable, "-c", probe.PROBE_SOURCE], input=data, capture_output=True, text=True,
+                         check=True, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": ""}).stdout
+    report = probe.parse_report(out)
+    assert report["installed"] == {"no-such-dist": None}
+    assert report["ddtree"] == {"module": "no_such_package.ddtree_utils", "path": None, "libraries": [], "error": None}
+    libc, missing = report["libraries"]
+    assert libc["loaded"] is True and libc["path"] and "libc.so.6" in libc["path"]
+    assert missing == {"name": "libnothere.so.1", "source": "configured", "loaded": False, "path": None,
+                       "error": "libnothere.so.1: cannot open shared object file: No such file or directory",
+                       "runtime_version": None}
+
+
+def test_parse_report_takes_the_marked_line_after_any_noise():
+    out = "a warning printed by an import\n" + probe.MARKER + '{"installed": {}}\n'
+    assert probe.parse_report(out) == {"installed": {}}
+    assert probe.parse_report("Traceback ...\n") is None
+
+
+def test_needs_install_lists_the_unmet_pins():
+    pins = {"torch": "2.11.0+cu130", "sglang": "0.5.11"}
+    assert probe.needs_install({"torch": "2.11.0+cu130", "sglang": "0.5.11+simulator"}, pins) == []
+    assert probe.needs_install({"torch": "2.11.0+cu128", "sglang": None}, pins) == ["torch==2.11.0+cu130", "sglang==0.5.11"]
+    assert probe.needs_install({}, {"torch": None, "sglang": "0.5.11"}) == ["sglang==0.5.11"]
+
+
+def test_evaluate_a_cpu_build_and_an_unreadable_ddtree_declaration():
+    report = {"installed": {"torch": "2.11.0+cpu", "sglang": "0.5.11"},
+              "torch": {"version": "2.11.0+cpu", "cuda": None, "error": None},
+              "ddtree": {"module": probe.DDTREE_MODULE, "path": "/v/ddtree_utils.py", "libraries": [],
+                         "error": "ValueError: malformed node or string"},
+              "libraries": []}
+    errors = probe.evaluate(report, {"torch": "2.11.0+cu130", "sglang": "0.5.11"}, CUDA13, "/usr/local/cuda-13.0/lib64", "/v")
+    assert errors == [
+        "torch 2.11.0+cpu is installed in /v, the pin is 2.11.0+cu130",
+        "torch 2.11.0+cpu is a CPU-only build (torch.version.cuda is None) but the toolkit is CUDA 13.0: install the cu130 build",
+        "cannot read CUDA_LIBRARIES from the DDTree build /v/ddtree_utils.py without running it: ValueError: malformed node or string",
+    ]
+
+
+def test_the_ddtree_declaration_is_read_without_running_the_module(tmp_path):
+    # A build whose import would fail (or do anything at all) is still read.
+    package = tmp_path / "site" / "sglang" / "srt" / "speculative"
+    package.mkdir(parents=True)
+    (package / "ddtree_utils.py").write_text('raise SystemExit("imported!")\nCUDA_LIBRARIES: list = ["libcudart.so.12"]\n')
+    data = probe.request(["libraries"], [], [], probe.DDTREE_MODULE)
+    out = subprocess.run([sys.executable, "-c", probe.PROBE_SOURCE], input=data, capture_output=True, text=True, check=True,
+                         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path / "site")}).stdout
+    report = probe.parse_report(out)
+    assert report["ddtree"]["libraries"] == ["libcudart.so.12"]
+    assert report["libraries"][0]["error"] == "libcudart.so.12: cannot open shared object file: No such file or directory"
