@@ -614,7 +614,7 @@ class Gate:
             # saw the process die (journald reads service output from a stream):
             # sync the journal, then read again for up to 6 s until a cause shows.
             self.watcher.sync()
-            until = time.monotonic() + 6.0
+            until = time.monotonic() + (6.0 if failure.failure in _DEAD_PROCESS else 0.0)
             self._read_log()
             while not sglog.classify(list(self.lines)) and time.monotonic() < until:
                 time.sleep(0.2)
@@ -653,6 +653,8 @@ class Gate:
         return result
 
 
+# The process is gone: its last lines may reach the journal after systemd saw it die.
+_DEAD_PROCESS = ("unit_failed", "unit_restarted", "unit_inactive", "process_exited")
 _PROCESS_FAILURES = ("unit_failed", "unit_restarted", "unit_inactive", "process_exited", "hung_after_error",
                      "not_listening", "not_ready", "timeout")
 
