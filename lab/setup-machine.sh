@@ -7,10 +7,14 @@ need=()
 for cmd in podman runc mmdebstrap; do
   command -v "$cmd" >/dev/null 2>&1 || need+=("$cmd")
 done
+# The provisioning tests build a signed apt repository and tiny shared libraries
+command -v dpkg-scanpackages >/dev/null 2>&1 || need+=(dpkg-dev)
+command -v gpg >/dev/null 2>&1 || need+=(gnupg)
+command -v gcc >/dev/null 2>&1 || need+=(gcc)
 if ((${#need[@]})); then
   echo "installing: ${need[*]}" >&2
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc mmdebstrap >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 conf=/etc/containers/containers.conf
 want='# inferops-lab

@@ -39,7 +39,7 @@ def sim_install(tmp_path_factory):
                 check=True,
             )
             if ddtree:
-                shutil.copy(LAB / "ddtree" / "ddtree_utils.py", target / "sglang/srt/speculative/ddtree_utils.py")
+                shutil.copy(LAB / "ddtree" / "overlay" / "sglang/srt/speculative/ddtree_utils.py", target / "sglang/srt/speculative/ddtree_utils.py")
             cache[key] = target
         return cache[key]
 
