@@ -28,37 +28,47 @@ def _files(version: str) -> dict[str, bytes]:
     return files
 
 
-def build(emulated: str, out: Path) -> Path:
-    version = f"{emulated}+simulator"
-    dist_info = f"sglang-{version}.dist-info"
-    files = _files(version)
+def write_wheel(out: Path, name: str, version: str, files: dict[str, bytes], summary: str,
+                requires_python: str, top_level: list[str], entry_points: str = "") -> Path:
+    """Write ``<name>-<version>-py3-none-any.whl`` into ``out``: ``files`` plus the
+    dist-info (METADATA, WHEEL, RECORD with each file's hash), fixed timestamps.
+    Shared with lab/wheels/build_torch_wheel.py."""
+    dist_info = f"{name}-{version}.dist-info"
+    files = dict(files)
     files[f"{dist_info}/METADATA"] = (
-        "Metadata-Version: 2.1\n"
-        "Name: sglang\n"
-        f"Version: {version}\n"
-        "Summary: SGLang simulator: a test double of the SGLang server for the inferops.sglang lab (not SGLang)\n"
-        "Requires-Python: >=3.9\n"
+        f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\nSummary: {summary}\nRequires-Python: {requires_python}\n"
     ).encode()
     files[f"{dist_info}/WHEEL"] = (
-        "Wheel-Version: 1.0\nGenerator: inferops-lab build_wheel.py\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        "Wheel-Version: 1.0\nGenerator: inferops-lab\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
     ).encode()
-    files[f"{dist_info}/entry_points.txt"] = b"[console_scripts]\nsglang = sglang.cli:main\n"
-    files[f"{dist_info}/top_level.txt"] = b"sglang\nsglang_simulator\n"
+    if entry_points:
+        files[f"{dist_info}/entry_points.txt"] = entry_points.encode()
+    files[f"{dist_info}/top_level.txt"] = "".join(f"{t}\n" for t in top_level).encode()
     record = []
-    for name, data in files.items():
+    for path, data in files.items():
         digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-        record.append(f"{name},sha256={digest},{len(data)}")
+        record.append(f"{path},sha256={digest},{len(data)}")
     record.append(f"{dist_info}/RECORD,,")
     files[f"{dist_info}/RECORD"] = ("\n".join(record) + "\n").encode()
     out.mkdir(parents=True, exist_ok=True)
-    wheel = out / f"sglang-{version}-py3-none-any.whl"
+    wheel = out / f"{name}-{version}-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as zf:
-        for name, data in files.items():
-            info = zipfile.ZipInfo(name, EPOCH)
+        for path, data in files.items():
+            info = zipfile.ZipInfo(path, EPOCH)
             info.external_attr = 0o644 << 16
             info.compress_type = zipfile.ZIP_DEFLATED
             zf.writestr(info, data)
     return wheel
+
+
+def build(emulated: str, out: Path) -> Path:
+    version = f"{emulated}+simulator"
+    return write_wheel(
+        out, "sglang", version, _files(version),
+        summary="SGLang simulator: a test double of the SGLang server for the inferops.sglang lab (not SGLang)",
+        requires_python=">=3.9", top_level=["sglang", "sglang_simulator"],
+        entry_points="[console_scripts]\nsglang = sglang.cli:main\n",
+    )
 
 
 def main() -> None:

@@ -13,13 +13,13 @@ with the real pip and a real virtual environment:
 from __future__ import annotations
 
 import argparse
-import base64
-import hashlib
 import re
-import zipfile
+import sys
 from pathlib import Path
 
-EPOCH = (2026, 1, 1, 0, 0, 0)  # fixed timestamps: same inputs, same wheel
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "simulator"))
+from build_wheel import write_wheel  # noqa: E402 - the lab's wheel writer, a sibling tool
+
 SUMMARY = "torch stand-in: a test double of PyTorch version metadata for the inferops.sglang lab (not PyTorch)"
 
 
@@ -52,30 +52,8 @@ def build(version: str, out: Path, cuda: str | None = None) -> Path:
     """Write torch-<version>-py3-none-any.whl into ``out``; ``cuda`` defaults to the local
     label's (None, a CPU build, for +cpu)."""
     cuda = cuda if cuda is not None else cuda_of(version)
-    dist_info = f"torch-{version}.dist-info"
-    files = _files(version, cuda)
-    files[f"{dist_info}/METADATA"] = (
-        f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\nSummary: {SUMMARY}\nRequires-Python: >=3.8\n"
-    ).encode()
-    files[f"{dist_info}/WHEEL"] = (
-        "Wheel-Version: 1.0\nGenerator: inferops-lab build_torch_wheel.py\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-    ).encode()
-    files[f"{dist_info}/top_level.txt"] = b"torch\n"
-    record = []
-    for name, data in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-        record.append(f"{name},sha256={digest},{len(data)}")
-    record.append(f"{dist_info}/RECORD,,")
-    files[f"{dist_info}/RECORD"] = ("\n".join(record) + "\n").encode()
-    out.mkdir(parents=True, exist_ok=True)
-    wheel = out / f"torch-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as zf:
-        for name, data in files.items():
-            info = zipfile.ZipInfo(name, EPOCH)
-            info.external_attr = 0o644 << 16
-            info.compress_type = zipfile.ZIP_DEFLATED
-            zf.writestr(info, data)
-    return wheel
+    return write_wheel(out, "torch", version, _files(version, cuda), summary=SUMMARY,
+                       requires_python=">=3.8", top_level=["torch"])
 
 
 def main() -> None:

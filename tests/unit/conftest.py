@@ -65,6 +65,23 @@ def hardware(tmp_path):
 
 
 @pytest.fixture
+def fake_nvidia_smi(tmp_path, monkeypatch):
+    """install(): the lab's fake nvidia-smi (a test double) first on PATH; it
+    reads the hardware file named by SGLANG_SIM_HARDWARE."""
+
+    def install() -> None:
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir(exist_ok=True)
+        smi = bin_dir / "nvidia-smi"
+        smi.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'import sys; sys.path.insert(0, \"{LAB / 'simulator'}\"); "
+                       "from sglang_simulator import nvidia_smi; sys.exit(nvidia_smi.main(sys.argv[1:]))' \"$@\"\n")
+        smi.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+
+    return install
+
+
+@pytest.fixture
 def launch(sim_install, hardware, tmp_path):
     """launch(args, version=, ddtree=, host=, gpus=, hw=) -> Server (a real process)."""
     servers: list[Server] = []

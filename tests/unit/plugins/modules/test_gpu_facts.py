@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import stat
-import sys
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
@@ -22,7 +20,7 @@ KERNEL_LINE = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  {}  Tue Sep 23 09
 
 
 @pytest.fixture
-def host(tmp_path, monkeypatch):
+def host(tmp_path, monkeypatch, fake_nvidia_smi):
     """make(name='ct129', **hardware changes) -> a host whose nvidia-smi is the lab's fake."""
 
     def make(name: str = "ct129", **changes) -> None:
@@ -32,13 +30,7 @@ def host(tmp_path, monkeypatch):
         path.write_text(json.dumps(data))
         monkeypatch.setenv("SGLANG_SIM_HARDWARE", str(path))
         monkeypatch.setenv("SGLANG_SIM_STATE", str(tmp_path / "gpu"))
-        bin_dir = tmp_path / "bin"
-        bin_dir.mkdir(exist_ok=True)
-        smi = bin_dir / "nvidia-smi"
-        smi.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'import sys; sys.path.insert(0, \"{LAB / 'simulator'}\"); "
-                       "from sglang_simulator import nvidia_smi; sys.exit(nvidia_smi.main(sys.argv[1:]))' \"$@\"\n")
-        smi.chmod(smi.stat().st_mode | stat.S_IXUSR)
-        monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+        fake_nvidia_smi()
 
     return make
 

@@ -60,7 +60,7 @@ def make_venv(wheelhouse, tmp_path_factory):
             if ddtree:
                 site = subprocess.run([str(python), "-c", "import sglang, os; print(os.path.dirname(sglang.__file__))"],
                                       check=True, capture_output=True, text=True).stdout.strip()
-                shutil.copy(LAB / "ddtree" / "ddtree_utils.py", Path(site) / "srt/speculative/ddtree_utils.py")
+                shutil.copy(LAB / "ddtree/overlay/sglang/srt/speculative/ddtree_utils.py", Path(site) / "srt/speculative/ddtree_utils.py")
             cache[key] = python
         return cache[key]
 

@@ -5,14 +5,12 @@ nvidia-smi reading ct129's hardware file (GPU 1 lost)."""
 from __future__ import annotations
 
 import json
-import os
-import stat
 import sys
 
 import pytest
 import yaml
 from ansible.module_utils.testing import patch_module_args
-from sim_helpers import LAB, MODELS, REPO
+from sim_helpers import MODELS, REPO
 
 from ansible_collections.inferops.sglang.plugins.modules import sglang_variant
 
@@ -20,7 +18,7 @@ DEFAULTS = yaml.safe_load((REPO / "roles/sglang_service/defaults/main.yml").read
 
 
 @pytest.fixture
-def host(sim_install, hardware, tmp_path, monkeypatch):
+def host(sim_install, hardware, monkeypatch, fake_nvidia_smi):
     """A controller-side stand-in for ct129: SGLang (the simulator) importable by
     sys.executable, nvidia-smi on PATH."""
 
@@ -29,13 +27,7 @@ def host(sim_install, hardware, tmp_path, monkeypatch):
         for key, value in hardware("ct129").items():
             if key.startswith("SGLANG_SIM"):
                 monkeypatch.setenv(key, value)
-        bin_dir = tmp_path / "bin"
-        bin_dir.mkdir(exist_ok=True)
-        smi = bin_dir / "nvidia-smi"
-        smi.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'import sys; sys.path.insert(0, \"{LAB / 'simulator'}\"); "
-                       "from sglang_simulator import nvidia_smi; sys.exit(nvidia_smi.main(sys.argv[1:]))' \"$@\"\n")
-        smi.chmod(smi.stat().st_mode | stat.S_IXUSR)
-        monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+        fake_nvidia_smi()
 
     return make
 
