@@ -612,14 +612,17 @@ class Gate:
         if failure is not None and failure.failure != "unauthorized" and self.watcher.has_log:
             # A crash's last lines can reach the journal a moment after systemd
             # saw the process die (journald reads service output from a stream):
-            # sync the journal, then read again for up to 6 s until a cause shows.
+            # sync the journal, then, when the process is gone, read again for up
+            # to 6 s until a cause shows; failing that, read this run's whole log.
             self.watcher.sync()
             until = time.monotonic() + (6.0 if failure.failure in _DEAD_PROCESS else 0.0)
             self._read_log()
-            while not sglog.classify(list(self.lines)) and time.monotonic() < until:
+            found = sglog.classify(list(self.lines))
+            while not found and time.monotonic() < until:
                 time.sleep(0.2)
                 self._read_log()
-            if time.monotonic() >= until:
+                found = sglog.classify(list(self.lines))
+            if not found:
                 extra = self.watcher.all_lines()
                 if sglog.classify(extra):
                     self.lines.extend(extra)

@@ -1,5 +1,6 @@
-"""Helpers shared by the unit tests: a handle on a simulator process and the
-field story's command lines (lab/field_cases.yml holds the same cases for the lab)."""
+"""Helpers shared by the unit tests: running a module's main() as Ansible does,
+a handle on a simulator process and the field story's command lines
+(lab/field_cases.yml holds the same cases for the lab)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,25 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Callable
+
+import pytest
+from ansible.module_utils.testing import patch_module_args
 
 REPO = Path(__file__).resolve().parents[2]
 LAB = REPO / "lab"
 MODELS = LAB / "models"
+
+
+def run_module(main: Callable[[], None], capsys, args: dict, check_mode: bool = False) -> tuple[int, dict, str]:
+    """Run a module's main() with these arguments; (exit code, result, raw output)."""
+    if check_mode:
+        args = dict(args, _ansible_check_mode=True)
+    with patch_module_args(args):
+        with pytest.raises(SystemExit) as exc:
+            main()
+    out = capsys.readouterr().out
+    return exc.value.code, json.loads(out), out
 
 
 def free_port() -> int:

@@ -9,9 +9,9 @@ import re
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
 from ddtree_helpers import (DDTREE_UTILS, SERVER_ARGS, SGLANG_VERSION, SPEC_INFO, copy_venv, import_in, make_venv,
                             overlay_dir, overlay_inputs, patch_inputs, sha256, site_packages, tree)
+from sim_helpers import run_module
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _ddtree as d
 from ansible_collections.inferops.sglang.plugins.modules import ddtree_build
@@ -32,12 +32,7 @@ def run(capsys, venv: Path, tmp_path: Path, check_mode: bool = False, **override
                 manifest=str(tmp_path / "state" / "manifest.json"),
                 patches=[{"src": i["src"], "sha256": i["sha256"]} for i in patch_inputs()])
     args.update(overrides)
-    if check_mode:
-        args["_ansible_check_mode"] = True
-    with patch_module_args(args):
-        with pytest.raises(SystemExit) as exc:
-            ddtree_build.main()
-    return exc.value.code, json.loads(capsys.readouterr().out)
+    return run_module(ddtree_build.main, capsys, args, check_mode)[:2]
 
 
 def test_patch_build_check_mode_then_apply_then_nothing_to_do(venv, tmp_path, capsys):

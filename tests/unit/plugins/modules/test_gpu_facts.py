@@ -9,8 +9,7 @@ import json
 import os
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
-from sim_helpers import LAB, MODELS
+from sim_helpers import LAB, MODELS, run_module
 
 from ansible_collections.inferops.sglang.plugins.modules import gpu_facts
 
@@ -55,10 +54,7 @@ def driver(tmp_path):
 
 def run(capsys, **args) -> tuple[int, dict]:
     args.setdefault("container_checks", "never")
-    with patch_module_args(args):
-        with pytest.raises(SystemExit) as exc:
-            gpu_facts.main()
-    return exc.value.code, json.loads(capsys.readouterr().out)
+    return run_module(gpu_facts.main, capsys, args)[:2]
 
 
 def test_ct129(host, capsys):

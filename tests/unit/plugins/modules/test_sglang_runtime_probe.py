@@ -7,7 +7,6 @@ ctypes.CDLL really loads; the DDTree overlay's libcudart.so.12 really fails."""
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import subprocess
@@ -15,8 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
-from sim_helpers import LAB
+from sim_helpers import LAB, run_module
 
 from ansible_collections.inferops.sglang.plugins.modules import sglang_runtime_probe
 
@@ -96,12 +94,7 @@ def run(capsys, python: Path, check_mode: bool = False, **overrides) -> tuple[in
     args = dict(python=str(python), cuda_version="13.0", torch_version="2.11.0+cu130", sglang_version="0.5.11",
                 cuda_home="/nonexistent/cuda-13.0")
     args.update(overrides)
-    if check_mode:
-        args["_ansible_check_mode"] = True
-    with patch_module_args(args):
-        with pytest.raises(SystemExit) as exc:
-            sglang_runtime_probe.main()
-    return exc.value.code, json.loads(capsys.readouterr().out)
+    return run_module(sglang_runtime_probe.main, capsys, args, check_mode)[:2]
 
 
 def tree_digest(root: Path) -> str:

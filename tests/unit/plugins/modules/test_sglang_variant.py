@@ -4,13 +4,11 @@ nvidia-smi reading ct129's hardware file (GPU 1 lost)."""
 
 from __future__ import annotations
 
-import json
 import sys
 
 import pytest
 import yaml
-from ansible.module_utils.testing import patch_module_args
-from sim_helpers import MODELS, REPO
+from sim_helpers import MODELS, REPO, run_module
 
 from ansible_collections.inferops.sglang.plugins.modules import sglang_variant
 
@@ -38,10 +36,7 @@ def run(capsys, **overrides) -> tuple[int, dict]:
                 model_path=str(MODELS / "Qwen3.6-27B"), served_model_name="Qwen3.6-27B",
                 draft_model_path=str(MODELS / "Qwen3.6-27B-DFlash"), tp_size=2, gpu_devices=[0, 2])
     args.update(overrides)
-    with patch_module_args(args):
-        with pytest.raises(SystemExit) as exc:
-            sglang_variant.main()
-    return exc.value.code, json.loads(capsys.readouterr().out)
+    return run_module(sglang_variant.main, capsys, args)[:2]
 
 
 def test_balanced_resolves_and_passes_on_ct129(host, capsys):

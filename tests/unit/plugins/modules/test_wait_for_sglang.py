@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
+import sim_helpers
 from sim_helpers import free_port
 
 from ansible_collections.inferops.sglang.plugins.modules import wait_for_sglang
@@ -18,11 +18,7 @@ FAKE = Path(__file__).resolve().parents[2] / "fake_sglang_http.py"
 
 
 def run_module(capsys, **args) -> tuple[int, dict, str]:
-    with patch_module_args(args):
-        with pytest.raises(SystemExit) as exc:
-            wait_for_sglang.main()
-    out = capsys.readouterr().out
-    return exc.value.code, json.loads(out), out
+    return sim_helpers.run_module(wait_for_sglang.main, capsys, args)
 
 
 @pytest.mark.parametrize("args, error", [
