@@ -12,6 +12,7 @@ laid over it, in that order.
 
 from __future__ import annotations
 
+import os
 import re
 
 # name -> (types, description). None in types means the parameter may be unset.
@@ -197,3 +198,34 @@ def quote(args: list[str]) -> str:
         else:
             out.append('"' + arg.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$") + '"')
     return " ".join(out)
+
+
+VERSION_PROBE = "import importlib.metadata as m; print(m.version('sglang'))"
+
+
+def installed_version(run_command, python: str) -> tuple[str | None, str | None]:
+    """(version, problem) of SGLang in ``python``'s environment; run_command is AnsibleModule.run_command."""
+    if not (os.path.isfile(python) and os.access(python, os.X_OK)):
+        return None, f"python {python} does not exist: is SGLang installed (provision.yml)?"
+    rc, out, err = run_command([python, "-c", VERSION_PROBE])
+    if rc != 0:
+        return None, f"SGLang is not installed in {python}'s environment: {(err or out).strip()[-300:]}"
+    return out.strip(), None
+
+
+def gpu_memory(run_command, devices: list[int]) -> tuple[list[int], list[str]]:
+    """(memory.total MiB of each GPU, problems): one ``nvidia-smi -i N`` per GPU, so
+    a lost GPU is named (its query fails) while the others still answer."""
+    memory, problems = [], []
+    for device in devices:
+        rc, out, err = run_command(["nvidia-smi", "-i", str(device), "--query-gpu=index,name,memory.total",
+                                    "--format=csv,noheader,nounits"])
+        if rc != 0:
+            problems.append(f"GPU {device} is not usable: {' '.join((out + ' ' + err).split()) or f'exit code {rc}'}")
+            continue
+        match = re.match(r"[^,]*,[^,]*,\s*(\d+)", out.strip())
+        if not match:
+            problems.append(f"GPU {device}: cannot read memory.total from nvidia-smi's {out.strip()[:120]!r}")
+            continue
+        memory.append(int(match.group(1)))
+    return memory, problems

@@ -19,6 +19,10 @@ description:
     service). The model and draft model directories with their C(config.json). C(context_length) within the
     maximum of the model (C(max_position_embeddings)). O(tp_size) equal to the number of O(gpu_devices). Each GPU
     in O(gpu_devices) answering C(nvidia-smi) (a lost GPU fails here).
+  - >-
+    With O(memory_plan), it plans the variant's GPU memory for the installed SGLang version (the planner of
+    M(inferops.sglang.sglang_memory_plan)) and refuses a variant that cannot fit, with the planner's reason and the
+    envelope that would fit, unless O(memory_override) is set.
   - All problems are reported together; the module fails when there is any. It never changes anything.
 author:
   - inferops.sglang contributors (@inferops)
@@ -80,6 +84,20 @@ options:
     description: Query each GPU of O(gpu_devices) with C(nvidia-smi).
     type: bool
     default: true
+  memory_plan:
+    description:
+      - Plan the variant's GPU memory with the planner of M(inferops.sglang.sglang_memory_plan) (the GPUs' memory is
+        read with C(nvidia-smi)) and fail when it cannot fit, with the planner's explanation.
+    type: bool
+    default: true
+  memory_override:
+    description: Let a variant the planner says cannot fit pass anyway (a warning says why it would not fit).
+    type: bool
+    default: false
+  memory_assumptions:
+    description: Overrides of the planner's estimates, see M(inferops.sglang.sglang_memory_plan).
+    type: dict
+    default: {}
 """
 
 EXAMPLES = r"""
@@ -123,6 +141,15 @@ max_position_embeddings:
   description: The model's longest context, from its C(config.json).
   returned: success
   type: int
+memory_plan:
+  description: The planner's plan for the variant on this host (see M(inferops.sglang.sglang_memory_plan)).
+  returned: success and O(memory_plan)
+  type: dict
+memory_warnings:
+  description: Why the variant passed although the planner says it does not fit (O(memory_override)).
+  returned: success
+  type: list
+  elements: str
 errors:
   description: Every problem found (the task fails when there is any).
   returned: failure
@@ -135,9 +162,18 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.inferops.sglang.plugins.module_utils import _memplan
 from ansible_collections.inferops.sglang.plugins.module_utils import _variants as variants_mod
 
-VERSION_PROBE = "import importlib.metadata as m; print(m.version('sglang'))"
+
+
+def memory_refusal(name: str, plan: dict) -> str:
+    """Why the deploy refuses a variant the planner says cannot fit, and what would."""
+    fixes = "; or ".join(plan.get("suggestions") or [])
+    return (f"variant {name} does not fit in GPU memory ({plan['binding'].replace('_', ' ')}, SGLang "
+            f"{plan['sglang_version']}, tp_size {plan['tp_size']}, {plan['gpu_memory_gib']} GiB GPUs): {plan['reason']}. "
+            + (f"It would fit with: {fixes}. " if fixes else "")
+            + "To deploy it anyway, set memory_override (the role's sglang_service_memory_override=true)")
 
 
 def _model_config(path: str, what: str, errors: list[str]) -> dict | None:
@@ -171,6 +207,9 @@ def main() -> None:
             tp_size=dict(type="int", required=True),
             gpu_devices=dict(type="list", elements="int", required=True),
             check_gpus=dict(type="bool", default=True),
+            memory_plan=dict(type="bool", default=True),
+            memory_override=dict(type="bool", default=False),
+            memory_assumptions=dict(type="dict", default={}),
         ),
         supports_check_mode=True,
     )
@@ -202,23 +241,14 @@ def main() -> None:
         else:
             _model_config(p["draft_model_path"], "draft_model_path", errors)
 
+    memory: list[int] = []
     if p["check_gpus"]:
-        for device in devices:
-            rc, out, err = module.run_command(["nvidia-smi", "-i", str(device), "--query-gpu=index,name,memory.total",
-                                               "--format=csv,noheader,nounits"])
-            if rc != 0:
-                text = " ".join((out + " " + err).split()) or f"exit code {rc}"
-                errors.append(f"GPU {device} is not usable: {text}")
+        memory, problems = variants_mod.gpu_memory(module.run_command, devices)
+        errors.extend(problems)
 
-    version_text = None
-    if not (os.path.isfile(p["python"]) and os.access(p["python"], os.X_OK)):
-        errors.append(f"python {p['python']} does not exist: is SGLang installed (provision.yml)?")
-    else:
-        rc, out, err = module.run_command([p["python"], "-c", VERSION_PROBE])
-        if rc != 0:
-            errors.append(f"SGLang is not installed in {p['python']}'s environment: {(err or out).strip()[-300:]}")
-        else:
-            version_text = out.strip()
+    version_text, problem = variants_mod.installed_version(module.run_command, p["python"])
+    if problem:
+        errors.append(problem)
     server = dict(model_path=p["model_path"], served_model_name=p["served_model_name"], host=p["bind_host"],
                   port=p["port"], tp_size=p["tp_size"], draft_model_path=p["draft_model_path"])
     args: list[str] = []
@@ -234,11 +264,28 @@ def main() -> None:
                 errors.append(f"python -m sglang.launch_server --help failed (exit {rc}): {(err or out).strip()[-300:]}")
             else:
                 errors.extend(variants_mod.unsupported(args, out + err))
+    plan = None
+    if p["memory_plan"] and not p["check_gpus"]:
+        module.warn("the memory plan is skipped: it needs the GPUs' memory, and check_gpus is false")
+    elif p["memory_plan"] and not errors:
+        try:
+            plan = _memplan.plan_resolved(params, p["model_path"], p["draft_model_path"], memory, p["tp_size"],
+                                          version_text, p["memory_assumptions"])
+        except _memplan.PlanError as exc:
+            errors.append(f"memory plan: {exc}")
+        else:
+            if not plan["fits"] and not p["memory_override"]:
+                errors.append(memory_refusal(name, plan))
     if errors:
         module.fail_json(msg=f"variant {name} cannot run on this host: " + "; ".join(errors), errors=errors,
-                         variant=name, sglang_version=version_text)
+                         variant=name, sglang_version=version_text, memory_plan=plan)
+    warnings = []
+    if plan and not plan["fits"]:
+        warnings.append(f"variant {name} does not fit this host's GPU memory and runs because memory_override is set: {plan['reason']}")
+        module.warn(warnings[-1])
     module.exit_json(changed=False, variant=name, params=params, argv=args, exec_args=variants_mod.quote(args),
-                     sglang_version=version_text, max_position_embeddings=max_len)
+                     sglang_version=version_text, max_position_embeddings=max_len, memory_plan=plan,
+                     memory_warnings=warnings)
 
 
 if __name__ == "__main__":

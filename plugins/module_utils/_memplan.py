@@ -1,0 +1,776 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Memory planner: will a variant's envelope fit a host's GPUs, and why not.
+
+Pure Python (no Ansible imports), so the module, the deploy preflight and the
+command line (``tools/inferops-plan``) share it. All sizes are per
+tensor-parallel rank, as SGLang sizes them.
+
+Two sides, as in the field story:
+
+* The static pool follows SGLang's own accounting for the installed release
+  (``ModelRunner`` memory profile, read from the published wheels)::
+
+      pre   = free memory before the weights load (GPU total - CUDA context)
+      post  = pre - target weights/tp  (- draft weights/tp from 0.5.15)
+      rest  = post - pre * (1 - mem_fraction_static)
+      hybrid linear attention (Gated DeltaNet) models:
+        rest -= state_per_req * max_running_requests * draft_tokens   (speculative)
+        mamba slots = max_mamba_cache_size | max_running_requests (radix cache off)
+                      | rest * r / (1 + r) // state_per_req          (r = mamba_full_memory_ratio)
+        rest -= slots * state_per_req
+      cell  = MHA: max(1, kv_heads // tp) * (head_dim + v_head_dim) * kv_layers * elem
+              MLA: (kv_lora_rank + qk_rope_head_dim) * kv_layers * elem
+              DFLASH (0.5.11+): ceil(cell * (kv_layers + draft_layers) / kv_layers)
+              EAGLE/NEXTN (0.5.15+): cell + cell * draft_layers // kv_layers
+      max_total_tokens = rest // cell, rounded down to page_size
+      max_total_tokens <= 0: "Not enough memory. Please try to increase --mem-fraction-static."
+
+* What SGLang allocates outside the pool after the profile (the dynamic side:
+  roughly ``pre * (1 - mem_fraction_static)``) has no formula in SGLang. The
+  planner estimates it from the model's shapes and the envelope: the attention
+  backend's workspace, one prefill chunk's activations and the logits, CUDA
+  graphs, and before 0.5.15 the draft model's weights and (EAGLE family) its
+  KV pool of the same token count. Every estimate constant is in ASSUMPTIONS
+  and can be overridden; the result lists them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+GIB = float(1 << 30)
+MIB = float(1 << 20)
+
+DTYPE_BYTES = {
+    "bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4,
+    "float8_e4m3fn": 1, "float8_e5m2": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp4_e2m1": 0.5,
+}
+EAGLE_FAMILY = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "MTP")
+DFLASH_FAMILY = ("DFLASH", "DDTREE")
+
+# Estimates for what SGLang does not budget (per rank). Override with `assumptions`.
+ASSUMPTIONS = {
+    # CUDA context, cuBLAS handles and NCCL communicators, in use before the weights load.
+    "context_mib": 768,
+    # Attention backend workspace (FlashInfer's 384 MiB buffer plus the small ones).
+    "workspace_mib": 512,
+    # Live tensors per token of a prefill chunk, as a multiple of the largest layer's transient width.
+    "activation_factor": 1.0,
+    # CUDA graph memory pool: a fixed part per captured runner (target, and draft when speculative),
+    "graph_base_mib": 256,
+    # and a part per captured token (batch size x tokens verified per step).
+    "graph_per_token_mib": 2,
+}
+
+
+class PlanError(Exception):
+    """The inputs cannot be planned (missing model files, bad envelope)."""
+
+
+# --------------------------------------------------------------------------- models
+
+
+def _text_config(config: dict) -> dict:
+    return config.get("text_config") or config.get("llm_config") or config
+
+
+def _weight_bytes(path: str) -> int:
+    index = os.path.join(path, "model.safetensors.index.json")
+    if os.path.isfile(index):
+        with open(index, "r", encoding="utf-8") as handle:
+            total = (json.load(handle).get("metadata") or {}).get("total_size")
+        if total:
+            return int(total)
+    files = [f for f in os.listdir(path) if f.endswith(".safetensors")]
+    if not files:
+        raise PlanError(f"{path} has neither model.safetensors.index.json (metadata.total_size) nor *.safetensors files")
+    return sum(os.path.getsize(os.path.join(path, f)) for f in files)
+
+
+def read_model_dir(path: str) -> dict:
+    """A model directory's config.json and weight size, as model_spec() input."""
+    if not os.path.isdir(path):
+        raise PlanError(f"model directory {path} does not exist")
+    try:
+        with open(os.path.join(path, "config.json"), "r", encoding="utf-8") as handle:
+            config = json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise PlanError(f"{path} has no readable config.json ({exc})") from exc
+    return model_spec(config, _weight_bytes(path), path)
+
+
+def _dtype_bytes(name) -> float:
+    name = str(name or "bfloat16").replace("torch.", "")
+    if name not in DTYPE_BYTES:
+        raise PlanError(f"unknown dtype {name!r} (known: {', '.join(sorted(DTYPE_BYTES))})")
+    return DTYPE_BYTES[name]
+
+
+def model_spec(config: dict, weight_bytes: int, path: str = "") -> dict:
+    """The numbers the memory profile depends on, from a Hugging Face config."""
+    text = _text_config(config)
+    try:
+        layers = int(text["num_hidden_layers"])
+        hidden = int(text["hidden_size"])
+        heads = int(text["num_attention_heads"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise PlanError(f"config.json of {path or 'the model'} lacks {exc}") from exc
+    layer_types = text.get("layer_types")
+    if layer_types:
+        kv_layers = sum(1 for t in layer_types if t in ("full_attention", "attention"))
+    elif text.get("full_attention_interval"):
+        kv_layers = layers // int(text["full_attention_interval"])
+    else:
+        kv_layers = layers
+    head_dim = int(text.get("head_dim") or hidden // heads)
+    mla = text.get("kv_lora_rank") is not None
+    spec = {
+        "path": path,
+        "architecture": (config.get("architectures") or ["unknown"])[0],
+        "model_type": str(config.get("model_type") or text.get("model_type") or ""),
+        "dtype": str(text.get("torch_dtype") or config.get("torch_dtype") or text.get("dtype") or "bfloat16"),
+        "weight_bytes": int(weight_bytes),
+        "hidden_size": hidden,
+        "intermediate_size": int(text.get("intermediate_size") or 4 * hidden),
+        "moe_intermediate_size": int(text.get("moe_intermediate_size") or 0),
+        "vocab_size": int(text.get("vocab_size") or 0),
+        "num_layers": layers,
+        "kv_layers": kv_layers,
+        "linear_layers": layers - kv_layers,
+        "num_attention_heads": heads,
+        "num_kv_heads": int(text.get("num_key_value_heads") or heads),
+        "head_dim": head_dim,
+        "v_head_dim": int(text.get("v_head_dim") or head_dim) if not mla else 0,
+        "mla": mla,
+        "kv_lora_rank": int(text.get("kv_lora_rank") or 0),
+        "qk_rope_head_dim": int(text.get("qk_rope_head_dim") or 0),
+        "linear_num_key_heads": int(text.get("linear_num_key_heads") or 0),
+        "linear_num_value_heads": int(text.get("linear_num_value_heads") or 0),
+        "linear_key_head_dim": int(text.get("linear_key_head_dim") or 0),
+        "linear_value_head_dim": int(text.get("linear_value_head_dim") or 0),
+        "linear_conv_kernel_dim": int(text.get("linear_conv_kernel_dim") or 4),
+        "max_position_embeddings": int(text.get("max_position_embeddings") or 0),
+        "mtp_layers": int(text.get("mtp_num_hidden_layers") or text.get("num_nextn_predict_layers") or 0),
+        "block_size": int(config["block_size"]) if config.get("block_size") else None,
+        "vision": config.get("vision_config") if isinstance(config.get("vision_config"), dict) else None,
+    }
+    spec["dtype_bytes"] = _dtype_bytes(spec["dtype"])
+    if spec["linear_layers"] and not (spec["linear_num_value_heads"] and spec["linear_value_head_dim"]):
+        raise PlanError(f"{path or 'the model'} has {spec['linear_layers']} linear-attention layers but no "
+                        "linear_num_value_heads/linear_value_head_dim in config.json")
+    return spec
+
+
+def layer_weight_bytes(model: dict) -> int:
+    """Weight bytes of one full-attention decoder layer (attention with its
+    output gate where the model has one, and the dense FFN): what an MTP head
+    costs besides the shared embedding and LM head, plus its fusion projection."""
+    h, d = model["hidden_size"], model["head_dim"]
+    q = model["num_attention_heads"] * d
+    attn = h * q * 2 + h * model["num_kv_heads"] * d * 2 + q * h
+    ffn = 3 * h * model["intermediate_size"]
+    return int((attn + ffn + 2 * h * h) * model["dtype_bytes"])
+
+
+# --------------------------------------------------------------------------- releases
+
+
+def parse_version(text: str) -> tuple[int, int, int]:
+    match = re.match(r"\s*v?(\d+)\.(\d+)\.(\d+)", str(text or ""))
+    if not match:
+        raise PlanError(f"cannot read an SGLang version from {text!r}")
+    return int(match.group(1)), int(match.group(2)), int(match.group(3))
+
+
+def release(version: tuple[int, int, int]) -> dict:
+    """What changed between SGLang releases that the profile depends on."""
+    return {
+        "version": version,
+        # DFLASH upstream (PR #22077); its KV cost is folded into the target's cell
+        "dflash": version >= (0, 5, 11),
+        # 0.5.23 adds the DFLASH draft's own cell instead of scaling the target's
+        "dflash_cell_sum": version >= (0, 5, 23),
+        # the scheduler loads the draft's weights before the pools are sized (PR #23862)
+        "draft_in_pool": version >= (0, 5, 14),
+        # default mem_fraction_static: reserve for the draft, added after the 10 GiB floor
+        "spec_reserve_mb": 2048 if version < (0, 5, 11) else (4096 if version < (0, 5, 14) else 0),
+        "standalone_reserve_mb": 6144 if version < (0, 5, 14) else 0,
+        # decode CUDA graph batch for GPUs under 35 GiB (tp < 4, tp >= 4)
+        "small_gpu_graph_bs": (48, 160) if version >= (0, 5, 23) else (24, 80),
+        # hybrid linear-attention models with speculative decoding and radix cache on:
+        # 0.5.9 turns radix cache off; 0.5.11 refuses to start ("not compatible with radix
+        # cache when using --mamba-scheduler-strategy no_buffer"); 0.5.14 keeps it with
+        # the extra_buffer strategy and sizes slots and speculative states together
+        "hybrid_spec_radix": "off" if version < (0, 5, 11) else ("refuse" if version < (0, 5, 14) else "extra_buffer"),
+        "mamba_joint_solve": version >= (0, 5, 14),
+        "mamba_padding_slot": version >= (0, 5, 23),
+        # max_running_requests given: capped by tokens // 2 (0.5.14), by the estimate (0.5.11), not at all (0.5.9)
+        "mrr_set_cap": "half_tokens" if version >= (0, 5, 14) else ("estimate" if version >= (0, 5, 11) else "none"),
+        # "Loaded weights leave no GPU memory for the KV cache" when rest <= 0
+        "rest_check": version >= (0, 5, 14),
+        "new_pool_error": version >= (0, 5, 14),
+        # multimodal models: SGLANG_VLM_CACHE_SIZE_MB (100) comes off the KV budget
+        "vlm_cache_mb": 100 if version >= (0, 5, 23) else 0,
+    }
+
+
+# --------------------------------------------------------------------------- SGLang's own formulas
+
+
+def gpu_tier(gpu_gib: float, tp: int, rel: dict) -> tuple[int, int]:
+    """SGLang's defaults by GPU memory: (chunked_prefill_size, cuda_graph_max_bs)."""
+    if gpu_gib < 20:
+        return 2048, 8
+    if gpu_gib < 35:
+        return 2048, rel["small_gpu_graph_bs"][0 if tp < 4 else 1]
+    if gpu_gib < 60:
+        return 4096, 32 if tp < 4 else 160
+    if gpu_gib < 160:
+        return 8192, 256 if tp < 4 else 512
+    return 16384, 512
+
+
+def default_mfs(gpu_mib: float, tp: int, chunked: int, max_bs: int, algorithm: str | None, rel: dict,
+                vision: dict | None = None) -> float:
+    """SGLang's mem_fraction_static when the flag is unset: GPU memory less a
+    reserve for activations, graphs and (before 0.5.14) the draft model, then
+    lowered for a multimodal model's vision encoder."""
+    reserved_mb = 512 + max(chunked, 2048) * 1.5 + max_bs * 2 + tp / 8 * 1024
+    if gpu_mib > 60 * 1024:
+        reserved_mb = max(reserved_mb, 10240)
+    if algorithm == "STANDALONE":
+        reserved_mb += rel["standalone_reserve_mb"]
+    elif algorithm and algorithm != "NGRAM":
+        reserved_mb += rel["spec_reserve_mb"]
+    mfs = round((gpu_mib - reserved_mb) / gpu_mib, 3)
+    if vision is not None:
+        # adjust_mem_fraction_for_vlm: vision layers default to 24, hidden size to 1024
+        layers = int(vision.get("num_hidden_layers") or 24)
+        hidden = int(vision.get("hidden_size") or 1024)
+        ratio = layers * hidden ** 2 / (24 * 1024 ** 2)
+        mfs = mfs * 0.95 * min(max(1.0 - 0.1 * (ratio - 1.0), 0.8), 1.05)
+    return mfs
+
+
+def mamba_state_bytes(model: dict, tp: int, ssm_bytes: int = 4) -> int:
+    """Gated DeltaNet state one request holds on one rank (SGLang's
+    Mamba2StateShape: the conv state in the model dtype, the recurrent SSM
+    state in float32), over all linear-attention layers."""
+    if not model["linear_layers"]:
+        return 0
+    groups = model["linear_num_key_heads"]
+    if groups % tp:  # SGLang pads the key-head groups up to a multiple of tp
+        groups += tp - groups % tp
+    inner = model["linear_num_value_heads"] * model["linear_value_head_dim"]
+    conv_dim = inner + 2 * groups * model["linear_key_head_dim"]
+    conv = (conv_dim // tp) * (model["linear_conv_kernel_dim"] - 1) * model["dtype_bytes"]
+    ssm = (model["linear_num_value_heads"] // tp) * model["linear_value_head_dim"] * model["linear_key_head_dim"] * ssm_bytes
+    return int((conv + ssm) * model["linear_layers"])
+
+
+def kv_cell_bytes(model: dict, tp: int, elem: float, layers: int | None = None) -> int:
+    """KV bytes one token costs on one rank, over the layers that hold KV."""
+    layers = model["kv_layers"] if layers is None else layers
+    if model["mla"]:
+        return int((model["kv_lora_rank"] + model["qk_rope_head_dim"]) * layers * elem)
+    return int(max(1, model["num_kv_heads"] // tp) * (model["head_dim"] + model["v_head_dim"]) * layers * elem)
+
+
+# --------------------------------------------------------------------------- the envelope
+
+
+_EXTRA_INT = {"--page-size": "page_size", "--max-total-tokens": "max_total_tokens",
+              "--max-mamba-cache-size": "max_mamba_cache_size"}
+_EXTRA_FLOAT = {"--mamba-full-memory-ratio": "mamba_full_memory_ratio"}
+_EXTRA_FLAG = {"--disable-radix-cache": "disable_radix_cache"}
+
+
+def envelope(params: dict) -> dict:
+    """The variant parameters the profile depends on, with server flags from
+    extra_args that change it (--page-size, --max-total-tokens, ...)."""
+    env = {k: params.get(k) for k in (
+        "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens",
+        "context_length", "max_running_requests", "mem_fraction_static", "chunked_prefill_size", "kv_cache_dtype",
+        "cuda_graph_max_bs")}
+    env["cuda_graph"] = params.get("cuda_graph", True)
+    env.update(page_size=1, max_total_tokens=None, max_mamba_cache_size=None, mamba_full_memory_ratio=0.9,
+               disable_radix_cache=False)
+    extra = [str(x) for x in params.get("extra_args") or []]
+    for i, arg in enumerate(extra):
+        flag, _, inline = arg.partition("=")
+        value = inline or (extra[i + 1] if i + 1 < len(extra) else "")
+        try:
+            if flag in _EXTRA_INT:
+                env[_EXTRA_INT[flag]] = int(value)
+            elif flag in _EXTRA_FLOAT:
+                env[_EXTRA_FLOAT[flag]] = float(value)
+        except ValueError as exc:
+            raise PlanError(f"extra_args {flag} needs a number, got {value!r}") from exc
+        if flag in _EXTRA_FLAG:
+            env[_EXTRA_FLAG[flag]] = True
+        elif flag in ("--disable-cuda-graph",):
+            env["cuda_graph"] = False
+    if env["speculative_algorithm"]:
+        env["speculative_algorithm"] = str(env["speculative_algorithm"]).upper()
+    return env
+
+
+def _draft_tokens(env: dict, draft: dict | None) -> int:
+    algo = env["speculative_algorithm"]
+    if not algo:
+        return 1
+    if env.get("speculative_num_draft_tokens"):
+        return int(env["speculative_num_draft_tokens"])
+    if algo in DFLASH_FAMILY:
+        return (draft or {}).get("block_size") or 16
+    return 4  # SGLang's EAGLE-family default: steps 3, top-k 1, 4 draft tokens
+
+
+# --------------------------------------------------------------------------- one plan
+
+
+def _radix_off(env: dict, rel: dict, hybrid: bool) -> bool:
+    """Whether the server runs without radix cache (which sizes the linear-attention slots)."""
+    if env["disable_radix_cache"]:
+        return True
+    return bool(hybrid and env["speculative_algorithm"] and rel["hybrid_spec_radix"] in ("off", "refuse"))
+
+
+def _mamba(model: dict, env: dict, rel: dict, tp: int, rest: float, mrr: int, draft_tokens: int) -> dict:
+    """The linear-attention state pool: slots, speculative states, what is left (GiB)."""
+    per_req = mamba_state_bytes(model, tp, env.get("ssm_bytes", 4))
+    spec = bool(env["speculative_algorithm"])
+    radix_off = _radix_off(env, rel, True)
+    # slots per running request: 1 without radix cache, else 3 (+1 or +2 extra_buffer ping-pong)
+    ratio = 1 if radix_off else (3 + (1 if spec else 2) if rel["mamba_joint_solve"] else 3)
+    pad = 1 if rel["mamba_padding_slot"] else 0
+    inter_reqs = 0
+    if not rel["mamba_joint_solve"]:
+        if spec:
+            inter_reqs = mrr
+            rest -= per_req * mrr * draft_tokens / GIB
+        if env["max_mamba_cache_size"] is not None:
+            slots = env["max_mamba_cache_size"]
+        elif radix_off:
+            slots = mrr
+        else:
+            r = env["mamba_full_memory_ratio"]
+            slots = int(rest * r / (1 + r) * GIB) // per_req
+    else:
+        if env["max_mamba_cache_size"] is not None:
+            slots = env["max_mamba_cache_size"]
+        elif radix_off:
+            slots = mrr
+        else:
+            r = env["mamba_full_memory_ratio"]
+            budget = rest * r / (1 + r) * GIB
+            slots = int(budget // (per_req * (1 + draft_tokens / ratio))) if spec else int(budget // per_req)
+        if spec:
+            inter_reqs = min(mrr, slots // ratio) + pad
+            rest -= per_req * inter_reqs * draft_tokens / GIB
+    slots = max(slots, 0)
+    rest -= (slots + pad) * per_req / GIB
+    return {"per_req": per_req, "slots": slots, "ratio": ratio, "radix_off": radix_off,
+            "spec_gib": per_req * inter_reqs * draft_tokens / GIB, "slots_gib": (slots + pad) * per_req / GIB, "rest": rest}
+
+
+def _static(model: dict, draft: dict | None, env: dict, tp: int, rel: dict, pre: float, mfs: float, mrr: int,
+            draft_tokens: int) -> dict:
+    """SGLang's profile for one mem_fraction_static. Sizes in GiB."""
+    algo = env["speculative_algorithm"]
+    target_w = model["target_weight_bytes"] / tp / GIB
+    draft_w = model["draft_weight_bytes"] / tp / GIB
+    post = pre - target_w - (draft_w if rel["draft_in_pool"] else 0.0)
+    rest = post - pre * (1 - mfs)
+    if model["vision"] is not None:
+        rest -= rel["vlm_cache_mb"] * MIB / GIB
+    out = {"pre_gib": pre, "post_gib": post, "budget_gib": pre * mfs, "target_weights_gib": target_w,
+           "draft_weights_in_pool_gib": draft_w if rel["draft_in_pool"] else 0.0,
+           "mamba_state_per_request_mib": 0.0, "spec_state_gib": 0.0, "mamba_slots": 0, "mamba_gib": 0.0,
+           "mamba_slots_per_request": 0, "rest_before_kv_gib": rest}
+    if model["linear_layers"]:
+        mamba = _mamba(model, env, rel, tp, rest, mrr, draft_tokens)
+        out.update(mamba_state_per_request_mib=mamba["per_req"] / MIB, spec_state_gib=mamba["spec_gib"],
+                   mamba_slots=mamba["slots"], mamba_gib=mamba["slots_gib"], mamba_slots_per_request=mamba["ratio"])
+        rest = mamba["rest"]
+    elem = _dtype_bytes(env["kv_cache_dtype"]) if env["kv_cache_dtype"] not in (None, "auto") else model["dtype_bytes"]
+    cell = kv_cell_bytes(model, tp, elem)
+    layers = model["kv_layers"]
+    if algo in DFLASH_FAMILY and draft is not None and layers:
+        if rel["dflash_cell_sum"]:
+            cell += kv_cell_bytes(draft, tp, elem)
+        else:  # scale_kv_cell_size_per_token_for_dflash: ceil(cell * (T + D) / T)
+            cell = (cell * (layers + draft["num_layers"]) + layers - 1) // layers
+    elif algo in EAGLE_FAMILY and draft is not None and rel["draft_in_pool"] and layers:
+        # with a draft model path, the EAGLE draft's KV is folded into the cell
+        cell = int(cell * (1 + draft["num_layers"] / layers))
+    out["kv_cell_bytes"] = cell
+    out["kv_elem_bytes"] = elem
+    out["rest_gib"] = rest
+    tokens = int(rest * GIB) // cell if rest > 0 else 0
+    tokens = tokens // env["page_size"] * env["page_size"]
+    if env["max_total_tokens"]:
+        tokens = min(tokens, env["max_total_tokens"])
+    out["max_total_tokens"] = tokens
+    out["kv_gib"] = tokens * cell / GIB
+    return out
+
+
+def _running_requests(env: dict, rel: dict, tokens: int, context: int, static: dict, hybrid: bool) -> int:
+    """max_running_requests as the scheduler ends up with it."""
+    estimated = max(min(int(tokens / context * 512), 4096), 2048)
+    given = env["max_running_requests"] or (48 if env["speculative_algorithm"] else None)
+    if given is None:
+        mrr = min(estimated, tokens // 2)
+    elif rel["mrr_set_cap"] == "half_tokens":
+        mrr = min(given, tokens // 2)
+    elif rel["mrr_set_cap"] == "estimate":
+        mrr = min(given, estimated)
+    else:
+        mrr = given
+    if hybrid and static["mamba_slots_per_request"]:
+        mrr = min(mrr, static["mamba_slots"] // static["mamba_slots_per_request"])
+    return max(mrr, 0)
+
+
+def _dynamic(model: dict, draft: dict | None, env: dict, tp: int, rel: dict, static: dict, mrr: int,
+             draft_tokens: int, chunked: int, graph_bs: int, assume: dict) -> dict:
+    """Estimates of what must fit outside the pool, in SGLang's start order. GiB."""
+    algo = env["speculative_algorithm"]
+    h = model["hidden_size"]
+    inter = max(model["intermediate_size"], model["moe_intermediate_size"])
+    mlp = 3 * inter // tp
+    attn = (2 * model["num_attention_heads"] + 3 * model["num_kv_heads"]) * model["head_dim"] // tp
+    linear = 0
+    if model["linear_layers"]:
+        inner = model["linear_num_value_heads"] * model["linear_value_head_dim"]
+        linear = (2 * inner + 2 * model["linear_num_key_heads"] * model["linear_key_head_dim"]) // tp
+    per_token = (3 * h + max(mlp, attn, linear)) * model["dtype_bytes"] * assume["activation_factor"]
+    rows = max(mrr * draft_tokens, 1)
+    logits = rows * model["vocab_size"] * 4 * 2  # float32 logits and the sampler's probabilities
+    items = [
+        ("workspace", assume["workspace_mib"] * MIB / GIB),
+        ("activations", (chunked * per_token + logits) / GIB),
+    ]
+    steps = draft_tokens if algo else 1
+    if env["cuda_graph"]:
+        runners = 2 if algo else 1
+        items.append(("cuda_graphs", (runners * assume["graph_base_mib"] + graph_bs * steps * assume["graph_per_token_mib"]) * MIB / GIB))
+    if algo and not rel["draft_in_pool"]:
+        items.append(("draft_weights", model["draft_weight_bytes"] / tp / GIB))
+    # an EAGLE-family draft's own KV pool (same token count) is outside the pool unless
+    # it was folded into the cell (0.5.14+, and only with a draft model path)
+    if algo in EAGLE_FAMILY and model["kv_layers"] and not (draft is not None and rel["draft_in_pool"]):
+        draft_cell = kv_cell_bytes(model, tp, static["kv_elem_bytes"]) * model["draft_kv_layers"] // model["kv_layers"]
+        items.append(("draft_kv_pool", static["max_total_tokens"] * draft_cell / GIB))
+    need = sum(v for _, v in items)
+    used = static["target_weights_gib"] + static["draft_weights_in_pool_gib"] + static["spec_state_gib"] \
+        + static["mamba_gib"] + static["kv_gib"]
+    return {"items": dict(items), "need_gib": need, "headroom_gib": static["pre_gib"] - used}
+
+
+def _prepare(target: dict, draft: dict | None, env: dict) -> dict:
+    """Weight split between the target and its draft, as SGLang loads them."""
+    model = dict(target)
+    algo = env["speculative_algorithm"]
+    model["target_weight_bytes"] = target["weight_bytes"]
+    model["draft_weight_bytes"] = 0
+    model["draft_kv_layers"] = 0
+    if not algo:
+        return model
+    if draft is not None:
+        model["draft_weight_bytes"] = draft["weight_bytes"]
+        model["draft_kv_layers"] = draft["num_layers"]
+    elif algo in EAGLE_FAMILY and target["mtp_layers"]:
+        # NEXTN: the draft is the checkpoint's own MTP layers, loaded by the draft
+        # worker; the target skips them (embedding and LM head are shared).
+        mtp = target["mtp_layers"] * layer_weight_bytes(target)
+        model["draft_weight_bytes"] = mtp
+        model["target_weight_bytes"] = max(target["weight_bytes"] - mtp, 0)
+        model["draft_kv_layers"] = target["mtp_layers"]
+    elif algo in EAGLE_FAMILY or algo in DFLASH_FAMILY:
+        raise PlanError(f"speculative_algorithm {algo} needs a draft model (or MTP layers in the target's config)")
+    return model
+
+
+def _evaluate(model, draft, env, tp, rel, pre, mfs, context, chunked, graph_bs_default, assume) -> dict:
+    algo = env["speculative_algorithm"]
+    draft_tokens = _draft_tokens(env, draft)
+    # the value SGLang reserves speculative states for (48 when unset and speculative)
+    mrr_reserved = env["max_running_requests"] or (48 if algo else 0)
+    static = _static(model, draft, env, tp, rel, pre, mfs, mrr_reserved, draft_tokens)
+    hybrid = bool(model["linear_layers"])
+    mrr = _running_requests(env, rel, static["max_total_tokens"], context, static, hybrid)
+    graph_bs = min(env["cuda_graph_max_bs"] or graph_bs_default, max(mrr, 1))
+    dynamic = _dynamic(model, draft, env, tp, rel, static, mrr, draft_tokens, chunked, graph_bs, assume)
+    return {"static": static, "dynamic": dynamic, "max_running_requests": mrr, "cuda_graph_max_bs": graph_bs,
+            "draft_tokens": draft_tokens,
+            "static_ok": static["max_total_tokens"] > 0 and mrr > 0 and (not hybrid or static["mamba_slots"] > 0),
+            "dynamic_ok": dynamic["headroom_gib"] >= dynamic["need_gib"]}
+
+
+def _bisect(ok, low: float, high: float, want_low: bool) -> float | None:
+    """The smallest (want_low) or largest mfs in [low, high] where ok(mfs), to 0.001,
+    for an ok that is monotone (rising for want_low, falling otherwise)."""
+    lo, hi = int(round(low * 1000)), int(round(high * 1000))
+    if want_low:
+        if not ok(hi / 1000):
+            return None
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if ok(mid / 1000):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo / 1000
+    if not ok(lo / 1000):
+        return None
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if ok(mid / 1000):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo / 1000
+
+
+def plan(target: dict, draft: dict | None, gpu_memory_mib: list, tp_size: int, version, params: dict,
+         assumptions: dict | None = None, search: bool = True, tp_candidates: list | None = None) -> dict:
+    """Plan one variant on one host. ``gpu_memory_mib``: memory.total of the
+    GPUs the server uses (the smallest binds); ``params``: the variant's
+    resolved parameters (see the role sglang_service); ``tp_candidates``: other
+    tensor-parallel sizes the host could run (tried when the variant does not fit)."""
+    if not gpu_memory_mib:
+        raise PlanError("no GPU memory given: the plan needs the memory.total of each GPU the server uses")
+    if tp_size < 1:
+        raise PlanError(f"tp_size must be at least 1, got {tp_size}")
+    version_t = parse_version(version) if isinstance(version, str) else tuple(version)
+    rel = release(version_t)
+    assume = dict(ASSUMPTIONS)
+    assume.update(assumptions or {})
+    env = envelope(params)
+    algo = env["speculative_algorithm"]
+    needs_draft = algo in DFLASH_FAMILY or algo in ("EAGLE3", "STANDALONE")
+    if needs_draft and draft is None:
+        raise PlanError(f"speculative_algorithm {algo} needs the draft model's config and weights")
+    if algo in DFLASH_FAMILY and not rel["dflash"]:
+        raise PlanError(f"SGLang {'.'.join(map(str, version_t))} has no DFLASH (it arrived in 0.5.11)")
+    model = _prepare(target, draft if needs_draft else None, env)
+    draft = draft if needs_draft else None
+    gpu_mib = float(min(gpu_memory_mib))
+    gpu_gib = gpu_mib / 1024
+    chunked_default, graph_bs_default = gpu_tier(gpu_gib, tp_size, rel)
+    chunked = env["chunked_prefill_size"] or chunked_default
+    context = env["context_length"] or target["max_position_embeddings"] or 4096
+    pre = (gpu_mib - assume["context_mib"]) / 1024
+    mfs_source = "variant"
+    mfs = env["mem_fraction_static"]
+    if mfs is None:
+        mfs = default_mfs(gpu_mib, tp_size, chunked, env["cuda_graph_max_bs"] or graph_bs_default, algo, rel,
+                          target["vision"])
+        mfs_source = "SGLang default"
+    if not 0 < mfs < 1:
+        raise PlanError(f"mem_fraction_static must be in (0, 1), got {mfs}")
+
+    def run(m: float, e: dict = env) -> dict:
+        return _evaluate(model, draft, e, tp_size, rel, pre, m, context, chunked, graph_bs_default, assume)
+
+    found = run(mfs)
+    static, dynamic = found["static"], found["dynamic"]
+    tokens = static["max_total_tokens"]
+    result = {
+        "fits": found["static_ok"] and found["dynamic_ok"],
+        "sglang_version": ".".join(map(str, version_t)),
+        "tp_size": tp_size,
+        "gpu_memory_gib": round(gpu_gib, 2),
+        "mem_fraction_static": mfs,
+        "mem_fraction_static_source": mfs_source,
+        "context_length": context,
+        "speculative_algorithm": algo,
+        "draft_tokens": found["draft_tokens"],
+        "max_running_requests": found["max_running_requests"],
+        "cuda_graph": env["cuda_graph"],
+        "cuda_graph_max_bs": found["cuda_graph_max_bs"] if env["cuda_graph"] else 0,
+        "chunked_prefill_size": chunked,
+        "max_total_tokens": tokens,
+        "full_context_requests": tokens // context if context else 0,
+        "static": _rounded(static),
+        "dynamic": {"headroom_gib": round(dynamic["headroom_gib"], 3), "need_gib": round(dynamic["need_gib"], 3),
+                    "items": {k: round(v, 3) for k, v in dynamic["items"].items()}},
+        "assumptions": assume,
+        "warnings": [],
+    }
+    if not found["static_ok"]:
+        parts = [("weights", static["target_weights_gib"] + static["draft_weights_in_pool_gib"])]
+        if static["spec_state_gib"]:
+            parts.append((f"speculative linear-attention states ({found['draft_tokens']} draft tokens x "
+                          f"{env['max_running_requests'] or 48} requests x {static['mamba_state_per_request_mib']:.1f} MiB)",
+                          static["spec_state_gib"]))
+        if static["mamba_gib"]:
+            parts.append((f"linear-attention state slots ({static['mamba_slots']})", static["mamba_gib"]))
+        taken = sum(v for _, v in parts)
+        result["binding"] = "static_pool"
+        result["reason"] = (
+            f"the static pool does not fit: at mem_fraction_static {mfs} the pool has {static['budget_gib']:.2f} GiB "
+            f"per GPU; " + " + ".join(f"{k} {v:.2f}" for k, v in parts)
+            + f" = {taken:.2f} GiB leave {max(static['budget_gib'] - taken, 0):.2f} GiB, not one KV cell of "
+            f"{static['kv_cell_bytes']} bytes (short by {max(taken - static['budget_gib'], 0):.2f} GiB before any KV cache). "
+            f"SGLang stops with \"{_pool_error(rel, mfs, static)}\"")
+    elif not found["dynamic_ok"]:
+        short = dynamic["need_gib"] - dynamic["headroom_gib"]
+        biggest = sorted(dynamic["items"].items(), key=lambda kv: -kv[1])
+        result["binding"] = "dynamic"
+        result["reason"] = (
+            f"too little memory outside the static pool: at mem_fraction_static {mfs} it leaves "
+            f"{dynamic['headroom_gib']:.2f} GiB per GPU, and it needs an estimated {dynamic['need_gib']:.2f} GiB ("
+            + ", ".join(f"{k.replace('_', ' ')} {v:.2f}" for k, v in biggest)
+            + f"); short by {short:.2f} GiB ({int(short * GIB // static['kv_cell_bytes'])} KV tokens)")
+    else:
+        result["binding"] = None
+        result["reason"] = (
+            f"fits: {tokens} KV tokens ({result['full_context_requests']} full-context requests of {context}), "
+            f"{dynamic['headroom_gib'] - dynamic['need_gib']:.2f} GiB spare outside the pool")
+    if algo and target["linear_layers"] and rel["hybrid_spec_radix"] == "refuse" and not env["disable_radix_cache"]:
+        result["warnings"].append(
+            f"SGLang {result['sglang_version']} refuses speculative decoding on a hybrid model with radix cache on: "
+            "the server needs --disable-radix-cache in extra_args (the plan assumes it)")
+    if found["static_ok"] and tokens < context:
+        result["warnings"].append(f"{tokens} KV tokens hold no full-context request of {context} tokens")
+    if found["static_ok"] and env["max_running_requests"] and found["max_running_requests"] < env["max_running_requests"]:
+        result["warnings"].append(f"SGLang will run at most {found['max_running_requests']} requests, not "
+                                  f"{env['max_running_requests']} (limited by the KV tokens or linear-attention slots)")
+    if search:
+        result["mem_fraction_static_range"] = _mfs_range(run)
+        if not result["fits"]:
+            result["suggestions"] = _suggestions(run, env, result)
+            for tp in sorted(t for t in tp_candidates or [] if t > tp_size):
+                wider = plan(target, draft, [gpu_mib] * tp, tp, version_t, params, assumptions)
+                if wider["fits"]:
+                    result["suggestions"].insert(0, f"tp_size {tp} ({tp} GPUs): fits at mem_fraction_static {mfs} "
+                                                 f"with {wider['max_total_tokens']} KV tokens")
+                    break
+    return result
+
+
+def _mfs_range(run) -> list | None:
+    low = _bisect(lambda m: run(m)["static_ok"], 0.05, 0.99, want_low=True)
+    high = _bisect(lambda m: run(m)["dynamic_ok"], 0.05, 0.99, want_low=False)
+    if low is None or high is None or low > high:
+        return None
+    return [low, high]
+
+
+def _suggestions(run, env: dict, result: dict) -> list[str]:
+    """Envelope changes that make the variant fit, with the mfs range each opens."""
+    out = []
+    if result.get("mem_fraction_static_range"):
+        low, high = result["mem_fraction_static_range"]
+        out.append(f"set mem_fraction_static within [{low}, {high}]")
+    mrr = env["max_running_requests"] or 48
+    for cand in sorted({max(1, mrr // d) for d in (2, 4, 8, 16)}, reverse=True):
+        if cand >= mrr:
+            continue
+        trial = dict(env, max_running_requests=cand)
+        span = _mfs_range(lambda m, t=trial: run(m, t))
+        if span:
+            out.append(f"max_running_requests {cand} (from {mrr}) with mem_fraction_static within [{span[0]}, {span[1]}]")
+            break
+    if env["cuda_graph"]:
+        trial = dict(env, cuda_graph=False)
+        span = _mfs_range(lambda m: run(m, trial))
+        if span:
+            out.append(f"cuda_graph: false with mem_fraction_static within [{span[0]}, {span[1]}]")
+    if not out:
+        out.append("no change of mem_fraction_static, max_running_requests or CUDA graphs fits at this tp_size: "
+                   "use more GPUs per server or GPUs with more memory")
+    return out
+
+
+def _pool_error(rel: dict, mfs: float, static: dict) -> str:
+    if rel["new_pool_error"] and static["rest_before_kv_gib"] <= 0:
+        pre, post = static["pre_gib"], static["post_gib"]
+        minimum = 1 - post / pre if pre > 0 else 1.0
+        return (f"Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static={mfs}. "
+                f"Raise --mem-fraction-static above {minimum:.3f}")
+    return f"Not enough memory. Please try to increase --mem-fraction-static. Current value: mem_fraction_static={mfs}"
+
+
+def _rounded(static: dict) -> dict:
+    return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in static.items()}
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def table(rows: list[dict]) -> list[str]:
+    """A readable table, one line per (host, variant) plan."""
+    head = ("host", "variant", "fits", "mfs", "range", "KV tokens", "full ctx", "reqs", "headroom/need GiB", "binding")
+    lines = [head]
+    for row in rows:
+        p = row.get("plan") or {}
+        if row.get("error"):
+            lines.append((row.get("host", ""), row.get("variant", ""), "ERROR", "", "", "", "", "", "", row["error"]))
+            continue
+        span = p.get("mem_fraction_static_range")
+        lines.append((
+            row.get("host", ""), row.get("variant", ""), "yes" if p["fits"] else "NO",
+            f"{p['mem_fraction_static']:g}", f"{span[0]:g}-{span[1]:g}" if span else "none",
+            str(p["max_total_tokens"]), str(p["full_context_requests"]), str(p["max_running_requests"]),
+            f"{p['dynamic']['headroom_gib']:.2f}/{p['dynamic']['need_gib']:.2f}",
+            {"static_pool": "static pool", "dynamic": "outside pool", None: "-"}[p["binding"]]))
+    widths = [max(len(str(line[i])) for line in lines) for i in range(len(head))]
+    return ["  ".join(str(cell).ljust(w) for cell, w in zip(line, widths)).rstrip() for line in lines]
+
+
+def report(rows: list[dict]) -> list[str]:
+    """The table, then each variant's reason with its suggestions and warnings."""
+    lines = table(rows) + [""]
+    for row in rows:
+        found = row.get("plan")
+        lines.append(f"{row.get('host') + ' ' if row.get('host') else ''}{row['variant']}: "
+                     f"{row['error'] if not found else found['reason']}")
+        for extra in (found or {}).get("suggestions", []):
+            lines.append(f"    fits with: {extra}")
+        for extra in (found or {}).get("warnings", []):
+            lines.append(f"    warning: {extra}")
+    return lines
+
+
+# --------------------------------------------------------------------------- many plans
+
+
+class ModelCache:
+    """Reads each model directory once per run (a fleet plans every variant)."""
+
+    def __init__(self) -> None:
+        self._seen: dict = {}
+
+    def get(self, path: str) -> dict:
+        if path not in self._seen:
+            try:
+                self._seen[path] = read_model_dir(path)
+            except PlanError as exc:
+                self._seen[path] = exc
+        found = self._seen[path]
+        if isinstance(found, PlanError):
+            raise found
+        return found
+
+
+def plan_resolved(params: dict, model_path: str, draft_model_path: str | None, gpu_memory_mib: list, tp_size: int,
+                  version, assumptions: dict | None = None, cache: ModelCache | None = None, search: bool = True,
+                  tp_candidates: list | None = None) -> dict:
+    """plan() for a resolved variant, reading the model directories it names."""
+    cache = cache or ModelCache()
+    target = cache.get(model_path)
+    draft = None
+    if params.get("draft_model"):
+        if not draft_model_path:
+            raise PlanError("the variant needs a draft model but no draft model path is set")
+        draft = cache.get(draft_model_path)
+    return plan(target, draft, gpu_memory_mib, tp_size, version, params, assumptions, search, tp_candidates)
+
