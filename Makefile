@@ -8,7 +8,7 @@ export ANSIBLE_FORCE_COLOR ?= 0
 # Requests to the lab's local servers never go through a proxy.
 export NO_PROXY := 127.0.0.1,localhost
 
-.PHONY: setup lab lab-down test lint sanity units molecule bench
+.PHONY: setup lab lab-down test lint sanity units molecule bench bench-plan
 
 $(VENV)/.stamp: requirements.txt
 	python3 -m venv $(VENV)
@@ -41,11 +41,15 @@ lab: setup
 lab-down:
 	lab/labctl down
 
-## Benchmarks on the lab (figures, not pass/fail): readiness time to verdict.
-bench: setup
+## Benchmarks (figures, not pass/fail): readiness time to verdict on the lab,
+## and the memory planner's plans per second (no lab needed: make bench-plan).
+bench: setup bench-plan
 	lab/labctl up
 	ansible-playbook -i inventories/lab lab/playbooks/field_cases.yml
 	python lab/bench/readiness.py
+
+bench-plan: $(VENV)/.stamp
+	python lab/bench/planner.py
 
 ## Every check: lint, sanity, unit tests, molecule scenarios.
 test: setup lint sanity units molecule

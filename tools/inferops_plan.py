@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             if problems:
                 raise memplan.PlanError("; ".join(problems))
             plan = memplan.plan_resolved(params, args.model, args.draft, gpus, args.tp, args.sglang, assume, cache,
-                                          tp_candidates=args.tp_candidates)
+                                         tp_candidates=args.tp_candidates)
             rows.append({"host": args.host, "variant": name, "plan": plan})
             failed = failed or not plan["fits"]
         except (variants_mod.VariantError, memplan.PlanError) as exc:

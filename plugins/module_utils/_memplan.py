@@ -4,36 +4,40 @@
 """Memory planner: will a variant's envelope fit a host's GPUs, and why not.
 
 Pure Python (no Ansible imports), so the module, the deploy preflight and the
-command line (``tools/inferops-plan``) share it. All sizes are per
+command line (``tools/inferops_plan.py``) share it. All sizes are per
 tensor-parallel rank, as SGLang sizes them.
 
 Two sides, as in the field story:
 
 * The static pool follows SGLang's own accounting for the installed release
-  (``ModelRunner`` memory profile, read from the published wheels)::
+  (the ``ModelRunner`` memory profile, read from the published wheels 0.5.9,
+  0.5.11, 0.5.14, 0.5.15 and 0.5.23; ``release()`` holds what changed)::
 
       pre   = free memory before the weights load (GPU total - CUDA context)
-      post  = pre - target weights/tp  (- draft weights/tp from 0.5.15)
-      rest  = post - pre * (1 - mem_fraction_static)
-      hybrid linear attention (Gated DeltaNet) models:
-        rest -= state_per_req * max_running_requests * draft_tokens   (speculative)
-        mamba slots = max_mamba_cache_size | max_running_requests (radix cache off)
-                      | rest * r / (1 + r) // state_per_req          (r = mamba_full_memory_ratio)
+      post  = pre - target weights/tp  (- draft weights/tp from 0.5.14)
+      rest  = post - pre * (1 - mem_fraction_static)  (- 100 MiB VLM cache, 0.5.23)
+      hybrid linear-attention (Gated DeltaNet) models, state_per_req = conv + SSM state:
+        slots = max_mamba_cache_size | max_running_requests (radix cache off)
+                | rest * r / (1 + r) // state_per_req             (r = mamba_full_memory_ratio)
+                  (0.5.14+ with speculation: // (state_per_req * (1 + draft_tokens / ratio)))
+        rest -= state_per_req * requests * draft_tokens            (speculative states)
         rest -= slots * state_per_req
       cell  = MHA: max(1, kv_heads // tp) * (head_dim + v_head_dim) * kv_layers * elem
               MLA: (kv_lora_rank + qk_rope_head_dim) * kv_layers * elem
               DFLASH (0.5.11+): ceil(cell * (kv_layers + draft_layers) / kv_layers)
-              EAGLE/NEXTN (0.5.15+): cell + cell * draft_layers // kv_layers
+                     (0.5.23: cell + the draft's own cell)
+              EAGLE with a draft path (0.5.14+): cell * (1 + draft_layers / kv_layers)
       max_total_tokens = rest // cell, rounded down to page_size
       max_total_tokens <= 0: "Not enough memory. Please try to increase --mem-fraction-static."
 
-* What SGLang allocates outside the pool after the profile (the dynamic side:
-  roughly ``pre * (1 - mem_fraction_static)``) has no formula in SGLang. The
+* What SGLang allocates outside the pool after the profile (the dynamic side,
+  about ``pre * (1 - mem_fraction_static)``) has no formula in SGLang. The
   planner estimates it from the model's shapes and the envelope: the attention
   backend's workspace, one prefill chunk's activations and the logits, CUDA
-  graphs, and before 0.5.15 the draft model's weights and (EAGLE family) its
-  KV pool of the same token count. Every estimate constant is in ASSUMPTIONS
-  and can be overridden; the result lists them.
+  graphs, the draft model's weights before 0.5.14, and an EAGLE-family draft's
+  KV pool of the same token count when it is not folded into the cell (always
+  for NEXTN/MTP without a draft path). Every estimate constant is in
+  ASSUMPTIONS, can be overridden, and is returned with each plan.
 """
 
 from __future__ import annotations
@@ -215,6 +219,8 @@ def release(version: tuple[int, int, int]) -> dict:
         "new_pool_error": version >= (0, 5, 14),
         # multimodal models: SGLANG_VLM_CACHE_SIZE_MB (100) comes off the KV budget
         "vlm_cache_mb": 100 if version >= (0, 5, 23) else 0,
+        # piecewise (prefill) CUDA graphs on by default, off for multimodal models
+        "piecewise_graphs": version >= (0, 5, 11),
     }
 
 
@@ -234,12 +240,21 @@ def gpu_tier(gpu_gib: float, tp: int, rel: dict) -> tuple[int, int]:
     return 16384, 512
 
 
+def piecewise_graph_sizes(max_tokens: int) -> list[int]:
+    """The token counts SGLang captures piecewise (prefill) CUDA graphs for."""
+    sizes = (list(range(4, 33, 4)) + list(range(48, 257, 16)) + list(range(288, 513, 32)) + list(range(576, 1025, 64))
+             + list(range(1280, 4097, 256)) + list(range(4608, max_tokens + 1, 512)))
+    return [x for x in sizes if x <= max_tokens]
+
+
 def default_mfs(gpu_mib: float, tp: int, chunked: int, max_bs: int, algorithm: str | None, rel: dict,
-                vision: dict | None = None) -> float:
+                vision: dict | None = None, mla: bool = False) -> float:
     """SGLang's mem_fraction_static when the flag is unset: GPU memory less a
     reserve for activations, graphs and (before 0.5.14) the draft model, then
     lowered for a multimodal model's vision encoder."""
     reserved_mb = 512 + max(chunked, 2048) * 1.5 + max_bs * 2 + tp / 8 * 1024
+    if rel["piecewise_graphs"] and vision is None:
+        reserved_mb += 1.5 * 1024 if mla else len(piecewise_graph_sizes(chunked)) * 8
     if gpu_mib > 60 * 1024:
         reserved_mb = max(reserved_mb, 10240)
     if algorithm == "STANDALONE":
@@ -301,7 +316,7 @@ def envelope(params: dict) -> dict:
                disable_radix_cache=False)
     extra = [str(x) for x in params.get("extra_args") or []]
     for i, arg in enumerate(extra):
-        flag, _, inline = arg.partition("=")
+        flag, _sep, inline = arg.partition("=")
         value = inline or (extra[i + 1] if i + 1 < len(extra) else "")
         try:
             if flag in _EXTRA_INT:
@@ -467,7 +482,7 @@ def _dynamic(model: dict, draft: dict | None, env: dict, tp: int, rel: dict, sta
     if algo in EAGLE_FAMILY and model["kv_layers"] and not (draft is not None and rel["draft_in_pool"]):
         draft_cell = kv_cell_bytes(model, tp, static["kv_elem_bytes"]) * model["draft_kv_layers"] // model["kv_layers"]
         items.append(("draft_kv_pool", static["max_total_tokens"] * draft_cell / GIB))
-    need = sum(v for _, v in items)
+    need = sum(v for _name, v in items)
     used = static["target_weights_gib"] + static["draft_weights_in_pool_gib"] + static["spec_state_gib"] \
         + static["mamba_gib"] + static["kv_gib"]
     return {"items": dict(items), "need_gib": need, "headroom_gib": static["pre_gib"] - used}
@@ -571,7 +586,7 @@ def plan(target: dict, draft: dict | None, gpu_memory_mib: list, tp_size: int, v
     mfs = env["mem_fraction_static"]
     if mfs is None:
         mfs = default_mfs(gpu_mib, tp_size, chunked, env["cuda_graph_max_bs"] or graph_bs_default, algo, rel,
-                          target["vision"])
+                          target["vision"], target["mla"])
         mfs_source = "SGLang default"
     if not 0 < mfs < 1:
         raise PlanError(f"mem_fraction_static must be in (0, 1), got {mfs}")
@@ -612,7 +627,7 @@ def plan(target: dict, draft: dict | None, gpu_memory_mib: list, tp_size: int, v
                           static["spec_state_gib"]))
         if static["mamba_gib"]:
             parts.append((f"linear-attention state slots ({static['mamba_slots']})", static["mamba_gib"]))
-        taken = sum(v for _, v in parts)
+        taken = sum(v for _name, v in parts)
         result["binding"] = "static_pool"
         result["reason"] = (
             f"the static pool does not fit: at mem_fraction_static {mfs} the pool has {static['budget_gib']:.2f} GiB "
@@ -773,4 +788,3 @@ def plan_resolved(params: dict, model_path: str, draft_model_path: str | None, g
             raise PlanError("the variant needs a draft model but no draft model path is set")
         draft = cache.get(draft_model_path)
     return plan(target, draft, gpu_memory_mib, tp_size, version, params, assumptions, search, tp_candidates)
-

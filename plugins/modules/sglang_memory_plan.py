@@ -218,13 +218,13 @@ def main() -> None:
             assumptions=dict(type="dict", default={}),
             host=dict(type="str", default=""),
         ),
-        required_one_of=[("gpu_devices", "gpu_memory_mib")],
-        mutually_exclusive=[("gpu_devices", "gpu_memory_mib")],
         supports_check_mode=True,
     )
     p = module.params
     memory = list(p["gpu_memory_mib"])
     candidates = p["tp_candidates"]
+    if not memory and not p["gpu_devices"]:
+        module.fail_json(msg="name the server's GPUs (gpu_devices) or give their memory (gpu_memory_mib)")
     if not memory:
         memory, usable = _host_gpus(module, p["gpu_devices"])
         if candidates is None:

@@ -166,14 +166,13 @@ from ansible_collections.inferops.sglang.plugins.module_utils import _memplan
 from ansible_collections.inferops.sglang.plugins.module_utils import _variants as variants_mod
 
 
-
 def memory_refusal(name: str, plan: dict) -> str:
     """Why the deploy refuses a variant the planner says cannot fit, and what would."""
     fixes = "; or ".join(plan.get("suggestions") or [])
     return (f"variant {name} does not fit in GPU memory ({plan['binding'].replace('_', ' ')}, SGLang "
             f"{plan['sglang_version']}, tp_size {plan['tp_size']}, {plan['gpu_memory_gib']} GiB GPUs): {plan['reason']}. "
             + (f"It would fit with: {fixes}. " if fixes else "")
-            + "To deploy it anyway, set memory_override (the role's sglang_service_memory_override=true)")
+            + "To deploy it anyway: -e memory_override=true (deploy.yml) or sglang_service_memory_override: true")
 
 
 def _model_config(path: str, what: str, errors: list[str]) -> dict | None:

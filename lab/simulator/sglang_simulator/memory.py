@@ -4,7 +4,7 @@ The static pool follows SGLang's profile (0.5.11 ``_profile_available_bytes``
 and ``handle_max_mamba_cache``; the same shape since 0.5.9)::
 
     pre   = free memory before the weights load            (GiB)
-    post  = pre - weights/tp  (- draft weights/tp since 0.5.15)
+    post  = pre - weights/tp  (- draft weights/tp since 0.5.14)
     rest  = post - pre * (1 - mem_fraction_static)
     hybrid linear-attention models (Gated DeltaNet):
         rest -= mamba_per_req * max_running_requests * num_draft_tokens  (speculative)
@@ -21,7 +21,7 @@ SGLang does not budget it; the simulator charges it in SGLang's start order and
 fails at the first consumer that does not fit. Those consumers are the
 simulator's own estimates (SGLang has no formula for them): activations
 (0.5 GiB + chunked_prefill_size * hidden * 24 bytes), CUDA graphs
-(0.25 GiB + batch * 2 MiB * draft tokens), and before 0.5.15 the draft model's
+(0.25 GiB + batch * 2 MiB * draft tokens), and before 0.5.14 the draft model's
 weights and, for EAGLE-family drafts, its KV pool of the same token count.
 """
 

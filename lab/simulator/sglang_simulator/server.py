@@ -2,7 +2,7 @@
 
 Start-up follows SGLang's order and log lines: parse arguments, init torch
 distributed on each rank's GPU, load the weights, size the pools, capture CUDA
-graphs, load the draft model (before 0.5.15), then bind HTTP (connection
+graphs, load the draft model (before 0.5.14), then bind HTTP (connection
 refused until then), answer /v1/models at once, run the warmup generation and
 only then answer /health with 200 ("The server is fired up and ready to roll!").
 

@@ -44,10 +44,10 @@ class Release:
 
     @property
     def draft_weights_in_pool(self) -> bool:
-        # Since 0.5.15 target and draft weights load before the single memory
+        # Since 0.5.14 target and draft weights load before the single memory
         # profile (PR #23862); before that the draft loads afterwards, out of
         # the (1 - mem_fraction_static) headroom.
-        return self.version >= (0, 5, 15)
+        return self.version >= (0, 5, 14)
 
     @property
     def new_pool_error(self) -> bool:

@@ -4,6 +4,7 @@ nvidia-smi reading ct129's hardware file (GPU 1 lost)."""
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -95,3 +96,48 @@ def test_sglang_not_installed(capsys, tmp_path):
     rc, result = run(capsys, python=str(tmp_path / "venv/bin/python"), check_gpus=False)
     assert rc == 1
     assert f"python {tmp_path / 'venv/bin/python'} does not exist: is SGLang installed (provision.yml)?" in result["errors"]
+
+
+def test_memory_plan_refuses_what_cannot_fit(host, capsys):
+    """ct129 (2 x 48 GB at tp 2, SGLang 0.5.11): shadow's speculative states
+    overflow the static pool, shadow-small's draft overflows the rest; both are
+    refused with the planner's reason before anything changes."""
+    host()
+    rc, result = run(capsys, name="shadow")
+    assert rc == 1
+    [refusal] = result["errors"]
+    assert refusal.startswith("variant shadow does not fit in GPU memory (static pool, SGLang 0.5.11, tp_size 2")
+    assert "Not enough memory. Please try to increase --mem-fraction-static" in refusal
+    assert "-e memory_override=true" in refusal
+    assert result["memory_plan"]["binding"] == "static_pool" and result["memory_plan"]["max_total_tokens"] == 0
+
+    rc, result = run(capsys, name="small")
+    assert rc == 1
+    assert result["errors"][0].startswith("variant shadow-small does not fit in GPU memory (dynamic,")
+    assert "draft weights 1.61" in result["errors"][0]
+    # the planner's own interval, offered as the fix, does fit when applied
+    low, high = result["memory_plan"]["mem_fraction_static_range"]
+    rc, result = run(capsys, name="small", common={"mem_fraction_static": high})
+    assert rc == 0 and result["memory_plan"]["fits"], result
+    rc, result = run(capsys, name="small", common={"mem_fraction_static": round(high + 0.001, 3)})
+    assert rc == 1
+    assert low < high
+
+
+def test_memory_override_lets_it_pass_with_a_warning(host, capsys):
+    host()
+    rc, result = run(capsys, name="small", memory_override=True)
+    assert rc == 0
+    assert result["memory_plan"]["fits"] is False
+    assert result["memory_warnings"][0].startswith("variant shadow-small does not fit this host's GPU memory and runs "
+                                                   "because memory_override is set")
+    assert "does not fit" in json.dumps(result.get("warnings"))
+
+
+def test_memory_plan_off_and_without_gpu_checks(host, capsys):
+    host()
+    rc, result = run(capsys, name="shadow", memory_plan=False)
+    assert rc == 0 and result["memory_plan"] is None
+    rc, result = run(capsys, name="shadow", check_gpus=False)
+    assert rc == 0 and result["memory_plan"] is None
+    assert "the memory plan is skipped" in json.dumps(result.get("warnings"))
