@@ -1,0 +1,112 @@
+"""A rolling deploy across the lab fleet, run through ansible-runner as AWX runs
+a job template: the same playbook, extra vars (the deploy survey's answers)
+and limit. Converge left NEXTN on all four hosts.
+
+fleet-03 stands in for ct129, where the balanced variant dies on its first
+request; the others serve it. With a canary and batches of one host, fleet-03
+is the third batch: the rollout must stop there, fleet-04 must never be
+touched, fleet-03 must be back on NEXTN, and the job's artifacts (what AWX
+shows) must carry each host's deploy record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import ansible_runner
+import testinfra
+
+REPO = Path(__file__).resolve().parents[3]
+HOSTS = ["fleet-01", "fleet-02", "fleet-03", "fleet-04"]
+UNIT = "/etc/systemd/system/sglang-qwen.service"
+HISTORY = "/var/lib/inferops-sglang/sglang-qwen/history.jsonl"
+
+
+def host(name: str):
+    return testinfra.get_host(f"podman://{name}")
+
+
+def state(name: str) -> dict:
+    """What a host runs: unit checksum, main PID, deploy records."""
+    target = host(name)
+    records = [json.loads(line) for line in target.file(HISTORY).content_string.splitlines() if line.strip()]
+    return {
+        "unit": hashlib.sha256(target.file(UNIT).content).hexdigest(),
+        "pid": target.check_output("systemctl show -p MainPID --value sglang-qwen.service"),
+        "active": target.service("sglang-qwen.service").is_running,
+        "records": records,
+    }
+
+
+def run_job(tmp_path: Path, extravars: dict, limit: str | None = None):
+    """deploy.yml through ansible-runner with a job template's extra vars and limit."""
+    runner = ansible_runner.run(
+        private_data_dir=str(tmp_path),
+        project_dir=str(REPO),
+        playbook=str(REPO / "deploy.yml"),
+        inventory=os.environ["MOLECULE_INVENTORY_FILE"],
+        extravars=extravars,
+        limit=limit,
+        quiet=True,
+    )
+    stats = [e for e in runner.events if e.get("event") == "playbook_on_stats"]
+    assert stats, "no playbook_on_stats event in the job's artifacts"
+    artifact = stats[-1]["event_data"].get("artifact_data") or {}
+    stdout = runner.stdout.read()
+    return runner, artifact, stdout
+
+
+def survey(**answers) -> dict:
+    """The deploy survey's answers, as AWX passes them (extra vars)."""
+    base = {"variant": "balanced", "memory_override": False, "rollout_canary": 1, "rollout_batch": 1,
+            "rollout_max_fail_percentage": 0}
+    base.update(answers)
+    return base
+
+
+def test_failure_in_the_third_batch_stops_the_rollout(tmp_path):
+    before = {name: state(name) for name in HOSTS}
+    assert all(s["records"][-1]["variant"] == "nextn" and s["active"] for s in before.values())
+
+    runner, artifact, stdout = run_job(tmp_path, survey())
+    assert runner.rc == 2 and runner.status == "failed", stdout[-3000:]
+
+    records = artifact["inferops_deploy"]
+    assert records["fleet-01"]["outcome"] == "switched" and records["fleet-01"]["running"] == "shadow-balanced"
+    assert records["fleet-02"]["outcome"] == "switched"
+    failed = records["fleet-03"]
+    assert failed["outcome"] == "rolled_back" and failed["running"] == "nextn"
+    assert failed["verdict"]["cause"] == "cuda_library" and failed["rollback"]["ready"]
+    assert "fleet-04" not in records
+    assert artifact["inferops_rollout"]["hosts"] == HOSTS
+
+    # fleet-04 was never touched: same unit, same process, no new record
+    after = state("fleet-04")
+    assert after["unit"] == before["fleet-04"]["unit"] and after["pid"] == before["fleet-04"]["pid"]
+    assert after["records"] == before["fleet-04"]["records"]
+    # fleet-03 serves NEXTN again, from the same unit as before
+    again = state("fleet-03")
+    assert again["active"] and again["unit"] == before["fleet-03"]["unit"]
+    assert again["records"][-1]["outcome"] == "rolled_back"
+
+    # the summary AWX shows at the end of the job output
+    summary = stdout[stdout.index("DEPLOY SUMMARY"):]
+    lines = {line.split()[0]: line for line in summary.splitlines()[2:7] if line.strip()}
+    assert "switched" in lines["fleet-01"] and "shadow-balanced" in lines["fleet-01"]
+    assert "rolled back" in lines["fleet-03"] and "cuda_library" in lines["fleet-03"]
+    assert "not reached" in lines["fleet-04"]
+    assert "The rollout stopped after fleet-03: 1 host(s) not reached" in summary
+
+
+def test_a_failed_canary_touches_no_other_host(tmp_path):
+    before = state("fleet-04")
+    runner, artifact, stdout = run_job(tmp_path, survey(rollout_batch="50%"), limit="fleet-03,fleet-04")
+    assert runner.rc == 2, stdout[-3000:]
+    assert list(artifact["inferops_deploy"]) == ["fleet-03"]
+    assert artifact["inferops_deploy"]["fleet-03"]["running"] == "nextn"
+    after = state("fleet-04")
+    assert (after["unit"], after["pid"], after["records"]) == (before["unit"], before["pid"], before["records"])
+    assert "not reached" in stdout[stdout.index("DEPLOY SUMMARY"):]

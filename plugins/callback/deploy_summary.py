@@ -1,0 +1,108 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: deploy_summary
+type: aggregate
+short_description: Summarise a rollout of deploy.yml, every host of it
+version_added: 0.2.0
+description:
+  - At the end of a run of C(deploy.yml), prints one line per host of the rollout. For each host it shows what it
+    runs now, the outcome (switched, unchanged, rolled back, failed before the switch, not reached), the readiness
+    gate's verdict and the classified cause.
+  - Hosts a stopped rollout never reached are listed as such, so an operator sees at once how far it went.
+  - It reads the records the role C(inferops.sglang.sglang_service) publishes with C(set_stats)
+    (C(inferops_deploy) and C(inferops_rollout)), and the failure message of hosts that failed before the role
+    wrote a record (bad input, a memory plan refusal). Prints nothing for playbooks without them.
+  - Enable it in C(ansible.cfg) (C(callbacks_enabled = inferops.sglang.deploy_summary)), as this repository does.
+author:
+  - inferops.sglang contributors (@inferops)
+requirements:
+  - enable in configuration
+"""
+
+from ansible.plugins.callback import CallbackBase
+
+OUTCOMES = {
+    "switched": "switched",
+    "rolled_back": "rolled back",
+    "unchanged": "unchanged",
+}
+
+
+def _short(text: str, width: int = 150) -> str:
+    text = " ".join(str(text or "").split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def summary_lines(rollout: dict, records: dict, failures: dict, processed: set) -> list[str]:
+    """The summary: a header, one row per host, and how far the rollout went."""
+    hosts = list(rollout.get("hosts") or [])
+    hosts += sorted(h for h in set(records) | set(failures) if h not in hosts)
+    rows = [("host", "outcome", "running now", "verdict", "cause")]
+    notes = []
+    for host in hosts:
+        record = records.get(host)
+        if record:
+            verdict = record.get("verdict") or {}
+            outcome = OUTCOMES.get(record.get("outcome"), str(record.get("outcome")))
+            if record.get("outcome") == "rolled_back" and not (record.get("rollback") or {}).get("ready"):
+                outcome = "ROLLBACK FAILED"
+            rows.append((host, outcome, str(record.get("running") or "nothing healthy"),
+                         "ready" if verdict.get("ready") else str(verdict.get("failure") or "-"),
+                         str(verdict.get("cause") or "-")))
+            if record.get("outcome") != "switched" and record.get("outcome") != "unchanged":
+                notes.append(f"{host}: {_short(verdict.get('msg'))}")
+        elif host in failures:
+            rows.append((host, "failed before switching", "unchanged", "-", "-"))
+            notes.append(f"{host}: {_short(failures[host])}")
+        elif host in processed:
+            rows.append((host, "no record", "?", "-", "-"))
+        else:
+            rows.append((host, "not reached", "unchanged", "-", "-"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    head = f"DEPLOY SUMMARY: variant {rollout.get('variant', '?')}"
+    if rollout:
+        head += (f", canary {rollout.get('canary')} then batches of {rollout.get('batch')}, "
+                 f"stop above {rollout.get('max_fail_percentage')}% failed in a batch")
+    unreached = [row[0] for row in rows[1:] if row[1] == "not reached"]
+    failed = [row[0] for row in rows[1:] if row[1] not in ("switched", "unchanged", "not reached")]
+    tail = []
+    if unreached:
+        tail.append(f"The rollout stopped after {', '.join(failed) or 'a failure'}: {len(unreached)} host(s) not reached "
+                    f"and left as they were ({', '.join(unreached)}).")
+    return [head] + lines + (["", *notes] if notes else []) + (["", *tail] if tail else [])
+
+
+class CallbackModule(CallbackBase):
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "aggregate"
+    CALLBACK_NAME = "inferops.sglang.deploy_summary"
+    CALLBACK_NEEDS_ENABLED = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._failures: dict[str, str] = {}
+
+    def v2_runner_on_failed(self, result, ignore_errors=False):
+        if not ignore_errors:
+            self._failures[result._host.get_name()] = result._result.get("msg", "failed")
+
+    def v2_runner_on_unreachable(self, result):
+        self._failures[result._host.get_name()] = "unreachable: " + str(result._result.get("msg", ""))
+
+    def v2_playbook_on_stats(self, stats):
+        run = (stats.custom or {}).get("_run") or {}
+        records = run.get("inferops_deploy") or {}
+        rollout = run.get("inferops_rollout") or {}
+        if not records and not rollout:
+            return
+        processed = set(stats.processed)
+        failures = {h: m for h, m in self._failures.items() if h not in records}
+        self._display.banner("INFEROPS DEPLOY SUMMARY")
+        for line in summary_lines(rollout, records, failures, processed):
+            self._display.display(line)

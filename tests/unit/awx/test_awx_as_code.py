@@ -1,0 +1,276 @@
+"""AWX as code (awx/configure.yml): the deploy survey is generated from the
+variant table by the real playbook (--tags survey, no AWX), AWX would accept it,
+it follows the table when the table changes, and every awx.awx call uses only
+options its module has."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+
+import pytest
+import yaml
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
+from awx_helpers import REPO, ROLE_DEFAULTS, ansible_env, awx_survey_errors, run_configure, tool
+
+AWX_DIR = REPO / "awx"
+TEMPLATE_NAMES = {"inferops provision", "inferops plan", "inferops deploy", "inferops rollback"}
+
+
+def table() -> dict:
+    return yaml.safe_load(ROLE_DEFAULTS.read_text())
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory):
+    return run_configure(tmp_path_factory.mktemp("awx"))
+
+
+def question(survey: dict, variable: str) -> dict:
+    matches = [q for q in survey["spec"] if q["variable"] == variable]
+    assert len(matches) == 1, f"{variable}: {len(matches)} questions"
+    return matches[0]
+
+
+# --- the survey against the variant table -----------------------------------
+
+def test_variant_choices_are_the_table_names_and_aliases(rendered):
+    survey = rendered.survey
+    defaults = table()
+    expected = list(defaults["sglang_service_variants"]) + list(defaults["sglang_service_variant_aliases"])
+    variant = question(survey, "variant")
+    assert variant["type"] == "multiplechoice"
+    assert variant["choices"] == expected
+    assert variant["required"] is True
+    assert variant["default"] == defaults["sglang_service_baseline_variant"] == "nextn"
+
+
+def test_awx_would_accept_the_survey(rendered):
+    survey = rendered.survey
+    assert awx_survey_errors(survey) == []
+    for item in survey["spec"]:
+        for key in ("question_name", "question_description", "variable", "type", "required", "default"):
+            assert key in item, f"{item['variable']}: no {key}"
+        if item["type"] in ("multiplechoice", "multiselect"):
+            assert isinstance(item["choices"], list) and item["choices"]
+
+
+def test_the_validator_rejects_what_awx_rejects(rendered):
+    """The AWX rules above are not vacuous: each broken copy of the survey is refused."""
+    survey = rendered.survey
+
+    def broken(change) -> dict:
+        copy = json.loads(json.dumps(survey))
+        change(copy)
+        return copy
+
+    cases = [
+        lambda s: s["spec"][0].update(type="switch"),                      # AWX has no boolean/switch type
+        lambda s: s["spec"][0].update(default="no-such-variant"),          # default not among the choices
+        lambda s: s["spec"][0].pop("choices"),
+        lambda s: s["spec"][0].pop("question_name"),
+        lambda s: s["spec"][1].update(variable="variant"),                 # duplicated variable
+        lambda s: question(s, "rollout_canary").update(default="1"),       # integer question, string default
+        lambda s: question(s, "rollout_canary").update(required="yes"),
+        lambda s: question(s, "rollout_max_fail_percentage").update(default=101),
+        lambda s: s.pop("description"),
+    ]
+    for case in cases:
+        assert awx_survey_errors(broken(case)), case
+
+
+def test_override_switch_and_rollout_settings(rendered):
+    survey = rendered.survey
+    override = question(survey, "memory_override")
+    # AWX surveys have no boolean type: a two-way choice, read by deploy.yml with `| bool`.
+    assert override["type"] == "multiplechoice"
+    assert override["choices"] == ["false", "true"] and override["default"] == "false"
+    canary = question(survey, "rollout_canary")
+    assert canary["type"] == "integer" and canary["default"] == 1 and canary["min"] >= 1
+    batch = question(survey, "rollout_batch")
+    assert batch["type"] == "text" and batch["default"] == "25%"
+    assert re.fullmatch(r"[0-9]+%?", batch["default"])
+    fail = question(survey, "rollout_max_fail_percentage")
+    assert fail["type"] == "integer" and fail["default"] == 0 and (fail["min"], fail["max"]) == (0, 100)
+    assert {q["variable"] for q in survey["spec"]} == {
+        "variant", "memory_override", "rollout_canary", "rollout_batch", "rollout_max_fail_percentage"}
+
+
+def test_every_survey_variable_is_read_by_deploy(rendered):
+    survey = rendered.survey
+    deploy = (REPO / "deploy.yml").read_text()
+    for item in survey["spec"]:
+        assert re.search(rf"\b{item['variable']}\b", deploy), f"deploy.yml never reads {item['variable']}"
+
+
+def test_a_variant_added_to_the_table_is_offered(tmp_path):
+    """A hard-coded survey fails this: the table file gets a variant and an alias."""
+    defaults = table()
+    defaults["sglang_service_variants"]["shadow-tp4"] = {
+        "description": "shadow on four GPUs", "inherits": "shadow", "tp_size": 4}
+    defaults["sglang_service_variant_aliases"]["tp4"] = "shadow-tp4"
+    changed = tmp_path / "defaults.yml"
+    changed.write_text(yaml.safe_dump(defaults, sort_keys=False))
+    survey = run_configure(tmp_path, "-e", f"awx_variant_table_file={changed}").survey
+    choices = question(survey, "variant")["choices"]
+    assert choices == list(defaults["sglang_service_variants"]) + list(defaults["sglang_service_variant_aliases"])
+    assert "shadow-tp4" in choices and "tp4" in choices
+
+
+def test_the_inventory_variants_are_offered(tmp_path):
+    """A group of the inventory replacing the table: the survey offers its variants too."""
+    defaults = table()
+    variants = dict(defaults["sglang_service_variants"], **{"nextn-long": {"inherits": "nextn", "context_length": 262144}})
+    inventory = tmp_path / "inventory"
+    (inventory / "group_vars").mkdir(parents=True)
+    (inventory / "hosts.yml").write_text(yaml.safe_dump(
+        {"all": {"children": {"sglang_servers": {"children": {"blackwell": {"hosts": {"ct200": None}}, "ampere": {"hosts": {"ct129": None}}}}}}}))
+    (inventory / "group_vars" / "blackwell.yml").write_text(yaml.safe_dump(
+        {"sglang_service_variants": variants,
+         "sglang_service_variant_aliases": dict(defaults["sglang_service_variant_aliases"], long="nextn-long")}))
+    survey = run_configure(tmp_path, "-i", str(inventory)).survey
+    choices = question(survey, "variant")["choices"]
+    assert "nextn-long" in choices and "long" in choices
+    assert set(defaults["sglang_service_variants"]) <= set(choices)
+    assert len(choices) == len(set(choices))
+
+
+def test_a_broken_table_stops_the_playbook(tmp_path):
+    defaults = table()
+    defaults["sglang_service_variant_aliases"]["ghost"] = "no-such-variant"
+    broken = tmp_path / "defaults.yml"
+    broken.write_text(yaml.safe_dump(defaults))
+    result = run_configure(tmp_path, "-e", f"awx_variant_table_file={broken}", check=False)
+    assert result.proc.returncode == 2, result.proc.stdout
+    assert "the variant table cannot make a survey" in result.proc.stdout
+    assert result.survey is None
+
+
+# --- the job templates ------------------------------------------------------
+
+def test_job_templates(rendered):
+    survey, templates = rendered.survey, rendered.templates
+    by_name = {t["name"]: t for t in templates}
+    assert set(by_name) == TEMPLATE_NAMES
+    for template in templates:
+        assert (REPO / template["playbook"]).is_file(), template["playbook"]
+        assert template["ask_limit_on_launch"] is True
+        assert template["verbosity"] in range(5)
+    assert {t["playbook"] for t in templates} == {"provision.yml", "plan.yml", "deploy.yml"}
+    deploy = by_name["inferops deploy"]
+    assert deploy["playbook"] == "deploy.yml"
+    assert deploy["survey_enabled"] is True and deploy["survey_spec"] == survey
+    rollback = by_name["inferops rollback"]
+    assert rollback["playbook"] == "deploy.yml"
+    assert rollback["extra_vars"] == {"variant": table()["sglang_service_baseline_variant"]}
+    assert not rollback.get("survey_enabled") and not rollback.get("ask_variables_on_launch")
+
+
+# --- awx.awx calls against the modules' argument specs ----------------------
+
+def awx_tasks(node, found: list) -> list:
+    """Every task of a playbook or task file (blocks included)."""
+    if isinstance(node, list):
+        for item in node:
+            awx_tasks(item, found)
+    elif isinstance(node, dict):
+        if any(k in node for k in ("hosts", "import_playbook")):
+            for section in ("pre_tasks", "tasks", "post_tasks", "handlers"):
+                awx_tasks(node.get(section, []), found)
+        elif any(k in node for k in ("block", "rescue", "always")):
+            for section in ("block", "rescue", "always"):
+                awx_tasks(node.get(section, []), found)
+        else:
+            found.append(node)
+    return found
+
+
+def awx_files() -> list:
+    return sorted(p for p in AWX_DIR.glob("*.yml") if isinstance(yaml.safe_load(p.read_text()), list))
+
+
+@pytest.fixture(scope="module")
+def awx_docs():
+    """ansible-doc -j for every awx.awx module the playbooks use."""
+    modules = set()
+    for path in awx_files():
+        for play in yaml.safe_load(path.read_text()):
+            for group in (play.get("module_defaults") or {}):
+                assert group == "group/awx.awx.controller", group
+        for task in awx_tasks(yaml.safe_load(path.read_text()), []):
+            modules.update(k for k in task if k.startswith("awx.awx."))
+    assert {"awx.awx.organization", "awx.awx.project", "awx.awx.inventory", "awx.awx.inventory_source",
+            "awx.awx.execution_environment", "awx.awx.job_template"} <= modules
+    proc = subprocess.run([tool("ansible-doc"), "-j", *sorted(modules)], cwd=REPO, env=ansible_env(),
+                          capture_output=True, text=True, timeout=300, check=True)
+    docs = json.loads(proc.stdout)
+    assert set(docs) == modules
+    return {name: doc["doc"]["options"] for name, doc in docs.items()}
+
+
+def option_names(options: dict) -> set:
+    names = set(options)
+    for spec in options.values():
+        names.update(spec.get("aliases", []))
+    return names
+
+
+def test_awx_module_calls_use_only_their_options(awx_docs):
+    checked = 0
+    for path in awx_files():
+        plays = yaml.safe_load(path.read_text())
+        for task in awx_tasks(plays, []):
+            for key, args in task.items():
+                if key.startswith("awx.awx."):
+                    unknown = set(args) - option_names(awx_docs[key])
+                    assert not unknown, f"{path.name}: {task.get('name')}: {key} has no option {sorted(unknown)}"
+                    checked += 1
+        for play in plays:
+            defaults = (play.get("module_defaults") or {}).get("group/awx.awx.controller", {})
+            for module, options in awx_docs.items():
+                assert not set(defaults) - option_names(options), f"module_defaults: {module}"
+    assert checked >= 7
+
+
+def argument_spec(options: dict) -> dict:
+    """An Ansible argument spec from ansible-doc's options (types, choices, list elements, aliases)."""
+    spec = {}
+    for name, doc in options.items():
+        entry = {"type": doc.get("type", "str")}
+        for key in ("choices", "elements", "aliases"):
+            if key in doc:
+                entry[key] = doc[key]
+        spec[name] = entry
+    return spec
+
+
+def test_job_templates_validate_against_the_module(rendered, awx_docs):
+    """What configure.yml sends for each job template passes awx.awx.job_template's argument spec."""
+    templates = rendered.templates
+    validator = ArgumentSpecValidator(argument_spec(awx_docs["awx.awx.job_template"]))
+    for template in templates:
+        params = dict(template, organization="inferops", project="inferops.sglang", inventory="inferops production",
+                      execution_environment="inferops-sglang", credentials=["inferops machine"], job_type="run")
+        result = validator.validate(params)
+        assert not result.error_messages, (template["name"], result.error_messages)
+    # and the check is not vacuous
+    assert validator.validate(dict(templates[0], verbosity=7)).error_messages
+    assert validator.validate(dict(templates[0], survey_spec=["not", "a", "dict"])).error_messages
+
+
+def test_secrets_never_logged():
+    """The token reaches a module only as controller_oauthtoken (no_log in awx.awx's spec); every task
+    that templates it in otherwise is no_log."""
+    for path in awx_files():
+        for task in awx_tasks(yaml.safe_load(path.read_text()), []):
+            if any(not k.startswith("awx.awx.") and "awx_controller_oauthtoken" in json.dumps(v) for k, v in task.items()):
+                assert task.get("no_log") is True, task.get("name")
+    assert "oauthtoken:" not in (AWX_DIR / "vars" / "main.yml").read_text().replace("awx_controller_oauthtoken:", "")
+
+
+def test_syntax_check():
+    proc = subprocess.run([tool("ansible-playbook"), "--syntax-check", "awx/configure.yml"], cwd=REPO,
+                          env=ansible_env(), capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
