@@ -364,29 +364,23 @@ def _mamba(model: dict, env: dict, rel: dict, tp: int, rest: float, mrr: int, dr
     ratio = 1 if radix_off else (3 + (1 if spec else 2) if rel["mamba_joint_solve"] else 3)
     pad = 1 if rel["mamba_padding_slot"] else 0
     inter_reqs = 0
-    if not rel["mamba_joint_solve"]:
-        if spec:
-            inter_reqs = mrr
-            rest -= per_req * mrr * draft_tokens / GIB
-        if env["max_mamba_cache_size"] is not None:
-            slots = env["max_mamba_cache_size"]
-        elif radix_off:
-            slots = mrr
-        else:
-            r = env["mamba_full_memory_ratio"]
-            slots = int(rest * r / (1 + r) * GIB) // per_req
+    joint = spec and rel["mamba_joint_solve"]
+    if spec and not joint:
+        # up to 0.5.13: the speculative states are reserved first, for every request
+        inter_reqs = mrr
+        rest -= per_req * mrr * draft_tokens / GIB
+    if env["max_mamba_cache_size"] is not None:
+        slots = env["max_mamba_cache_size"]
+    elif radix_off:
+        slots = mrr
     else:
-        if env["max_mamba_cache_size"] is not None:
-            slots = env["max_mamba_cache_size"]
-        elif radix_off:
-            slots = mrr
-        else:
-            r = env["mamba_full_memory_ratio"]
-            budget = rest * r / (1 + r) * GIB
-            slots = int(budget // (per_req * (1 + draft_tokens / ratio))) if spec else int(budget // per_req)
-        if spec:
-            inter_reqs = min(mrr, slots // ratio) + pad
-            rest -= per_req * inter_reqs * draft_tokens / GIB
+        r = env["mamba_full_memory_ratio"]
+        budget = rest * r / (1 + r) * GIB
+        # 0.5.14+: slots and the speculative states of slots // ratio requests share the budget
+        slots = int(budget // (per_req * (1 + draft_tokens / ratio))) if joint else int(budget // per_req)
+    if joint:
+        inter_reqs = min(mrr, slots // ratio) + pad
+        rest -= per_req * inter_reqs * draft_tokens / GIB
     slots = max(slots, 0)
     rest -= (slots + pad) * per_req / GIB
     return {"per_req": per_req, "slots": slots, "ratio": ratio, "radix_off": radix_off,

@@ -40,6 +40,13 @@ DEFAULTS = {
     "speculative_algorithm": None, "draft_model": False, "ddtree_shadow_linear": False, "cuda_graph": True,
     "extra_args": [], "gate_timeout": 900,
 }
+# The module options of the variant table (doc fragment inferops.sglang.variant_table).
+TABLE_ARGS = {
+    "variants": {"type": "dict", "required": True},
+    "aliases": {"type": "dict", "default": {}},
+    "overrides": {"type": "dict", "default": {}},
+    "common": {"type": "dict", "default": {}},
+}
 NEEDS_DRAFT = ("DFLASH", "DDTREE", "EAGLE3", "STANDALONE")
 SPLIT_CUDA_GRAPH_FLAGS = (0, 5, 20)
 

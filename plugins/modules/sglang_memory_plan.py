@@ -29,28 +29,13 @@ author:
   - inferops.sglang contributors (@inferops)
 extends_documentation_fragment:
   - inferops.sglang.attributes.READ_ONLY
+  - inferops.sglang.variant_table
 options:
   names:
     description: Variants (names or aliases) to plan. Default, every variant of O(variants).
     type: list
     elements: str
     default: []
-  variants:
-    description: The variant table, name to parameters (see the role C(sglang_service)).
-    type: dict
-    required: true
-  aliases:
-    description: Short names, alias to variant name.
-    type: dict
-    default: {}
-  overrides:
-    description: Per-variant parameter overrides (variant name to parameters).
-    type: dict
-    default: {}
-  common:
-    description: Parameter overrides applied to every variant (last).
-    type: dict
-    default: {}
   model_path:
     description: The model directory on the host.
     type: path
@@ -203,10 +188,7 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
             names=dict(type="list", elements="str", default=[]),
-            variants=dict(type="dict", required=True),
-            aliases=dict(type="dict", default={}),
-            overrides=dict(type="dict", default={}),
-            common=dict(type="dict", default={}),
+            **variants_mod.TABLE_ARGS,
             model_path=dict(type="path", required=True),
             draft_model_path=dict(type="path"),
             tp_size=dict(type="int", required=True),

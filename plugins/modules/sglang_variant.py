@@ -28,27 +28,12 @@ author:
   - inferops.sglang contributors (@inferops)
 extends_documentation_fragment:
   - inferops.sglang.attributes.READ_ONLY
+  - inferops.sglang.variant_table
 options:
   name:
     description: The variant to resolve (a name or an alias).
     type: str
     required: true
-  variants:
-    description: The variant table, name to parameters. See the role C(sglang_service) for the parameters.
-    type: dict
-    required: true
-  aliases:
-    description: Short names, alias to variant name.
-    type: dict
-    default: {}
-  overrides:
-    description: Per-variant parameter overrides (variant name to parameters), e.g. from host or group vars.
-    type: dict
-    default: {}
-  common:
-    description: Parameter overrides applied to whichever variant is resolved (last).
-    type: dict
-    default: {}
   python:
     description: The Python of the environment SGLang is installed in.
     type: path
@@ -193,10 +178,7 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
             name=dict(type="str", required=True),
-            variants=dict(type="dict", required=True),
-            aliases=dict(type="dict", default={}),
-            overrides=dict(type="dict", default={}),
-            common=dict(type="dict", default={}),
+            **variants_mod.TABLE_ARGS,
             python=dict(type="path", default="/opt/sglang/venv/bin/python"),
             model_path=dict(type="path", required=True),
             served_model_name=dict(type="str"),
