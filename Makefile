@@ -8,7 +8,7 @@ export ANSIBLE_FORCE_COLOR ?= 0
 # Requests to the lab's local servers never go through a proxy.
 export NO_PROXY := 127.0.0.1,localhost
 
-.PHONY: setup lab lab-down test lint sanity units molecule bench bench-plan
+.PHONY: setup lab lab-down test lint sanity units molecule bench bench-plan bench-fleet
 
 $(VENV)/.stamp: requirements.txt
 	python3 -m venv $(VENV)
@@ -52,6 +52,12 @@ bench: setup bench-plan
 
 bench-plan: $(VENV)/.stamp
 	python lab/bench/planner.py
+
+## A lab fleet of simulated hosts (lab/labctl fleet): rolling deploy wall time
+## against N and forks, a failing canary and a failing third batch (figures in
+## .cache/bench/rollout.json; tens of minutes on a 2-core machine).
+bench-fleet: setup
+	python lab/bench/rollout.py --down
 
 ## Every check: lint, sanity, unit tests, molecule scenarios.
 test: setup lint sanity units molecule
