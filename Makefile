@@ -29,14 +29,14 @@ setup: $(VENV)/.stamp
 ## The main job on the built-in lab: lab hosts for ct129 and ct200 on the NEXTN
 ## baseline, then `deploy.yml -e variant=balanced`: ct129 fails as in the field
 ## and rolls back to NEXTN (the playbook exits 2 for it), ct200 switches. The
-## outcome is then checked and each host reported. ct129 is the rollout's
-## canary: rollout_max_fail_percentage=100 lets ct200 go on after it fails, to
-## show both hosts (a plain deploy.yml stops at the failed canary).
+## outcome is then checked and each host reported. rollout_canary=2 makes both
+## hosts the first batch, as in the field story (a plain deploy.yml makes ct129
+## the canary, and its failure stops the rollout before ct200).
 lab: setup
 	lab/labctl up
 	ansible-playbook -i inventories/lab lab/playbooks/field_cases.yml
 	ansible-playbook -i inventories/lab deploy.yml -e variant=nextn
-	ansible-playbook -i inventories/lab deploy.yml -e variant=balanced -e rollout_max_fail_percentage=100 || test $$? -eq 2
+	ansible-playbook -i inventories/lab deploy.yml -e variant=balanced -e rollout_canary=2 || test $$? -eq 2
 	ansible-playbook -i inventories/lab lab/playbooks/main_job.yml
 	ansible-playbook -i inventories/lab playbooks/inspect.yml
 

@@ -131,7 +131,7 @@ memory_plan:
   returned: success and O(memory_plan)
   type: dict
 memory_warnings:
-  description: Why the variant passed although the planner says it does not fit (O(memory_override)).
+  description: Why the variant passed although the planner says it does not fit (O(memory_override)), or why it was not planned.
   returned: success
   type: list
   elements: str
@@ -246,8 +246,9 @@ def main() -> None:
             else:
                 errors.extend(variants_mod.unsupported(args, out + err))
     plan = None
+    warnings = []
     if p["memory_plan"] and not p["check_gpus"]:
-        module.warn("the memory plan is skipped: it needs the GPUs' memory, and check_gpus is false")
+        warnings.append("the memory plan is skipped: it needs the GPUs' memory, and check_gpus is false")
     elif p["memory_plan"] and not errors:
         try:
             plan = _memplan.plan_resolved(params, p["model_path"], p["draft_model_path"], memory, p["tp_size"],
@@ -260,10 +261,10 @@ def main() -> None:
     if errors:
         module.fail_json(msg=f"variant {name} cannot run on this host: " + "; ".join(errors), errors=errors,
                          variant=name, sglang_version=version_text, memory_plan=plan)
-    warnings = []
     if plan and not plan["fits"]:
         warnings.append(f"variant {name} does not fit this host's GPU memory and runs because memory_override is set: {plan['reason']}")
-        module.warn(warnings[-1])
+    for warning in warnings:
+        module.warn(warning)
     module.exit_json(changed=False, variant=name, params=params, argv=args, exec_args=variants_mod.quote(args),
                      sglang_version=version_text, max_position_embeddings=max_len, memory_plan=plan,
                      memory_warnings=warnings)

@@ -4,7 +4,6 @@ nvidia-smi reading ct129's hardware file (GPU 1 lost)."""
 
 from __future__ import annotations
 
-import json
 import sys
 
 import pytest
@@ -131,7 +130,6 @@ def test_memory_override_lets_it_pass_with_a_warning(host, capsys):
     assert result["memory_plan"]["fits"] is False
     assert result["memory_warnings"][0].startswith("variant shadow-small does not fit this host's GPU memory and runs "
                                                    "because memory_override is set")
-    assert "does not fit" in json.dumps(result.get("warnings"))
 
 
 def test_memory_plan_off_and_without_gpu_checks(host, capsys):
@@ -140,4 +138,4 @@ def test_memory_plan_off_and_without_gpu_checks(host, capsys):
     assert rc == 0 and result["memory_plan"] is None
     rc, result = run(capsys, name="shadow", check_gpus=False)
     assert rc == 0 and result["memory_plan"] is None
-    assert "the memory plan is skipped" in json.dumps(result.get("warnings"))
+    assert result["memory_warnings"] == ["the memory plan is skipped: it needs the GPUs' memory, and check_gpus is false"]
