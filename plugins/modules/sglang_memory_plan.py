@@ -17,7 +17,7 @@ description:
   - >-
     The static pool follows SGLang's own accounting for that version. Weights, the per-token KV cell (MHA, MLA, and
     hybrid models where only full-attention layers hold KV), the linear-attention state pool with the speculative
-    intermediate states, the draft model outside the pool before 0.5.15 and inside it from 0.5.15, and SGLang's
+    intermediate states, the draft model outside the pool before 0.5.14 and inside it from 0.5.14, and SGLang's
     defaults for unset values. What SGLang allocates outside the pool (attention workspace, activations, CUDA graphs,
     an older release's draft) has no formula in SGLang; the module estimates it from the model's shapes. Its constants
     are returned and can be overridden with O(assumptions).
