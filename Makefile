@@ -8,7 +8,7 @@ export ANSIBLE_FORCE_COLOR ?= 0
 # Requests to the lab's local servers never go through a proxy.
 export NO_PROXY := 127.0.0.1,localhost
 
-.PHONY: setup lab lab-down test lint sanity units molecule bench bench-plan bench-fleet
+.PHONY: setup real lab lab-down test lint sanity units conformance molecule bench bench-plan bench-fleet
 
 $(VENV)/.stamp: requirements.txt
 	python3 -m venv $(VENV)
@@ -25,6 +25,12 @@ $(SANITY_VENV)/.stamp: requirements.txt
 setup: $(VENV)/.stamp
 	lab/setup-machine.sh
 	lab/image/build.sh >/dev/null
+
+## Real SGLang (0.5.11 and 0.5.23 venvs from PyPI, the libcuda.so.1 test double,
+## a tiny model, the release wheels) in the per-user cache; reused while the
+## inputs are unchanged (lab/real/build.sh).
+real:
+	lab/real/build.sh >/dev/null
 
 ## The main job on the built-in lab: lab hosts for ct129 and ct200 on the NEXTN
 ## baseline, then `deploy.yml -e variant=balanced`: ct129 fails as in the field
@@ -59,8 +65,9 @@ bench-plan: $(VENV)/.stamp
 bench-fleet: setup
 	python lab/bench/rollout.py --down
 
-## Every check: lint, sanity, unit tests, molecule scenarios.
-test: setup lint sanity units molecule
+## Every check: lint, sanity, unit tests, conformance against real SGLang,
+## molecule scenarios.
+test: setup lint sanity units conformance molecule
 
 lint: $(VENV)/.stamp
 	ansible-lint
@@ -77,6 +84,10 @@ sanity: $(SANITY_VENV)/.stamp
 
 units: $(VENV)/.stamp
 	python -m pytest tests/unit
+
+## The collection's claims checked against real SGLang 0.5.11 and 0.5.23 on CPU.
+conformance: $(VENV)/.stamp real
+	python -m pytest tests/conformance
 
 molecule: setup
 	INFEROPS_LAB_IMAGE=$$(lab/image/build.sh) molecule test --all

@@ -1,0 +1,105 @@
+"""Real SGLang for the conformance tests: the venvs, driver stand-in and tiny
+model that lab/real/build.sh keeps in the per-user cache, and a launcher that
+runs a real server on CPU as real-sglang.md describes.
+
+The conformance tests never skip: without a complete build (``make real``)
+they fail, saying so. ``make conformance`` builds it first.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+RELEASES = ("0.5.11", "0.5.23")
+
+
+def paths() -> dict[str, str]:
+    """INFEROPS_REAL_* -> path, from lab/real/build.sh --print."""
+    proc = subprocess.run([str(REPO / "lab/real/build.sh"), "--print"], capture_output=True, text=True, check=False)
+    found = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
+    if proc.returncode != 0:
+        raise RuntimeError("real SGLang is not built: run `make real` (lab/real/build.sh) first; "
+                           f"missing parts under {found.get('INFEROPS_REAL_ROOT')}")
+    return found
+
+
+def venv(real: dict[str, str], release: str) -> Path:
+    return Path(real["INFEROPS_REAL_VENV_" + release.replace(".", "_")])
+
+
+def python(real: dict[str, str], release: str) -> str:
+    return str(venv(real, release) / "bin" / "python")
+
+
+def environment(real: dict[str, str], **extra: str) -> dict[str, str]:
+    """What a CPU host needs besides the unit's own environment."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SGLANG_", "CUDA_"))}
+    env.update(SGLANG_USE_CPU_ENGINE="1", LD_LIBRARY_PATH=real["INFEROPS_REAL_LIBCUDA_DIR"],
+               NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost", PYTHONUNBUFFERED="1",
+               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    env.update(extra)
+    return env
+
+
+CPU_ARGS = ("--device", "cpu", "--sampling-backend", "pytorch", "--disable-cuda-graph",
+            "--max-total-tokens", "4096", "--context-length", "1024")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class RealServer:
+    """One real ``python -m sglang.launch_server`` on CPU, its output in a file."""
+
+    def __init__(self, real: dict[str, str], release: str, log: Path, port: int | None = None,
+                 args: tuple[str, ...] = (), model: str | None = None, env: dict[str, str] | None = None) -> None:
+        self.port = port or free_port()
+        self.log_path = log
+        self.argv = [python(real, release), "-m", "sglang.launch_server",
+                     "--model-path", model or real["INFEROPS_REAL_MODEL"], *CPU_ARGS,
+                     "--host", "127.0.0.1", "--port", str(self.port), *args]
+        self._log = open(log, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(self.argv, stdout=self._log, stderr=subprocess.STDOUT,
+                                     env=environment(real, **(env or {})), start_new_session=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_for_line(self, needle: str, timeout: float = 180) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if needle in self.text():
+                return True
+            if self.proc.poll() is not None:
+                return needle in self.text()
+            time.sleep(0.5)
+        return False
+
+    def stop(self, timeout: float = 30) -> int | None:
+        """SIGTERM, then SIGKILL of the whole session (the server's tree)."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(timeout)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(5)
+        self._log.close()
+        return self.proc.returncode
