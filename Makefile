@@ -74,12 +74,13 @@ lint: $(VENV)/.stamp
 
 # ansible-test needs the collection at ansible_collections/<ns>/<name> and outside
 # any other git work tree; collections/ (the link to this tree) stays behind.
-SANITY_DIR := $(or $(TMPDIR),/tmp)/inferops-sglang-sanity
+# Each run gets its own copy, so two runs never share one.
 sanity: $(SANITY_VENV)/.stamp
-	rm -rf $(SANITY_DIR) && mkdir -p $(SANITY_DIR)/ansible_collections/inferops/sglang
-	git ls-files --cached --others --exclude-standard | grep -v '^collections/' \
-	  | tar -cT - | tar -xC $(SANITY_DIR)/ansible_collections/inferops/sglang
-	cd $(SANITY_DIR)/ansible_collections/inferops/sglang && \
+	dir=$$(mktemp -d $(or $(TMPDIR),/tmp)/inferops-sglang-sanity.XXXXXX) && trap 'rm -rf "$$dir"' EXIT && \
+	  mkdir -p $$dir/ansible_collections/inferops/sglang && \
+	  git ls-files --cached --others --exclude-standard | grep -v '^collections/' \
+	    | tar -cT - | tar -xC $$dir/ansible_collections/inferops/sglang && \
+	  cd $$dir/ansible_collections/inferops/sglang && \
 	  $(CURDIR)/$(SANITY_VENV)/bin/ansible-test sanity --local --requirements --python 3.11 --color no
 
 units: $(VENV)/.stamp

@@ -138,6 +138,15 @@ case "${1:-}" in
   *) echo "usage: lab/real/build.sh [--print | --lock RELEASE]" >&2; exit 2 ;;
 esac
 
+# What the build needs from Debian: gcc for the stub, venv/ensurepip for Debian's python3
+need=()
+command -v gcc >/dev/null 2>&1 || need+=(gcc)
+"$python" -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
+if ((${#need[@]})); then
+  log "installing: ${need[*]}"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
 # One build at a time per cache (a CI clone and a working tree share it)
 exec 9>"$root/.lock"
 flock 9
