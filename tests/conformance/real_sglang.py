@@ -9,6 +9,7 @@ they fail, saying so. ``make conformance`` builds it first.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -51,10 +52,24 @@ CPU_ARGS = ("--device", "cpu", "--sampling-backend", "pytorch", "--disable-cuda-
             "--max-total-tokens", "4096", "--context-length", "1024")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+# Real SGLang refuses a --port above 55535: it derives its gRPC port as port + 10000 and
+# checks it is at most 65535, even with gRPC off (0.5.11 srt/server_args.py:1042-1050,
+# 0.5.23 srt/arg_groups/serving_hook.py:372-386: "ValueError: SGLANG_GRPC_PORT (70613)
+# must be between 1 and 65535"). The kernel's ephemeral ports (32768-60999 here) go
+# above that, so a free port for a real server is taken from below it.
+MAX_SGLANG_PORT = 55535
+
+
+def free_port(low: int = 20000, high: int = MAX_SGLANG_PORT) -> int:
+    """A port free on 127.0.0.1 that real SGLang accepts as --port."""
+    for port in random.sample(range(low, high + 1), 200):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {low}-{high}")
 
 
 class RealServer:
