@@ -302,18 +302,24 @@ _EXTRA_INT = {"--page-size": "page_size", "--max-total-tokens": "max_total_token
               "--max-mamba-cache-size": "max_mamba_cache_size"}
 _EXTRA_FLOAT = {"--mamba-full-memory-ratio": "mamba_full_memory_ratio"}
 _EXTRA_FLAG = {"--disable-radix-cache": "disable_radix_cache"}
+# the strategy flag before 0.5.14 and from 0.5.14 (see _variants.MAMBA_RADIX_CACHE_STRATEGY_FLAG)
+_EXTRA_STR = {"--mamba-scheduler-strategy": "mamba_radix_cache_strategy",
+              "--mamba-radix-cache-strategy": "mamba_radix_cache_strategy"}
 
 
 def envelope(params: dict) -> dict:
     """The variant parameters the profile depends on, with server flags from
-    extra_args that change it (--page-size, --max-total-tokens, ...)."""
+    extra_args that change it (--page-size, --max-total-tokens, ...). Radix
+    cache: the variant's disable_radix_cache and mamba_radix_cache_strategy,
+    which the role renders as flags; the same flags in extra_args count too."""
     env = {k: params.get(k) for k in (
         "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens",
         "context_length", "max_running_requests", "mem_fraction_static", "chunked_prefill_size", "kv_cache_dtype",
         "cuda_graph_max_bs")}
     env["cuda_graph"] = params.get("cuda_graph", True)
     env.update(page_size=1, max_total_tokens=None, max_mamba_cache_size=None, mamba_full_memory_ratio=0.9,
-               disable_radix_cache=False)
+               disable_radix_cache=bool(params.get("disable_radix_cache")),
+               mamba_radix_cache_strategy=params.get("mamba_radix_cache_strategy"))
     extra = [str(x) for x in params.get("extra_args") or []]
     for i, arg in enumerate(extra):
         flag, _sep, inline = arg.partition("=")
@@ -325,6 +331,8 @@ def envelope(params: dict) -> dict:
                 env[_EXTRA_FLOAT[flag]] = float(value)
         except ValueError as exc:
             raise PlanError(f"extra_args {flag} needs a number, got {value!r}") from exc
+        if flag in _EXTRA_STR:
+            env[_EXTRA_STR[flag]] = value
         if flag in _EXTRA_FLAG:
             env[_EXTRA_FLAG[flag]] = True
         elif flag in ("--disable-cuda-graph",):
@@ -352,7 +360,24 @@ def _radix_off(env: dict, rel: dict, hybrid: bool) -> bool:
     """Whether the server runs without radix cache (which sizes the linear-attention slots)."""
     if env["disable_radix_cache"]:
         return True
-    return bool(hybrid and env["speculative_algorithm"] and rel["hybrid_spec_radix"] in ("off", "refuse"))
+    if not (hybrid and env["speculative_algorithm"]):
+        return False
+    # 0.5.9 turns radix cache off itself; 0.5.10-0.5.13 refuse to start unless the variant
+    # disables it or keeps it with extra_buffer (0.5.11 server_args.py:2452-2456): the plan
+    # assumes the variant is fixed the way the refusal suggests first (radix off) and warns
+    return rel["hybrid_spec_radix"] == "off" or (rel["hybrid_spec_radix"] == "refuse"
+                                                 and env["mamba_radix_cache_strategy"] != "extra_buffer")
+
+
+def _slots_per_request(env: dict, rel: dict, radix_off: bool, spec: bool) -> int:
+    """Linear-attention slots the scheduler keeps per running request."""
+    if radix_off:
+        return 1  # 0.5.11 model_runner_kv_cache_mixin.py:180-181
+    if rel["mamba_joint_solve"]:
+        return 3 + (1 if spec else 2)
+    # 0.5.11 mixin :44-46, :183-192: 3, plus the extra_buffer ping-pong pair (overlap
+    # schedule on, which 0.5.11 keeps for extra_buffer with speculative decoding)
+    return 3 + (2 if env["mamba_radix_cache_strategy"] == "extra_buffer" else 0)
 
 
 def _mamba(model: dict, env: dict, rel: dict, tp: int, rest: float, mrr: int, draft_tokens: int) -> dict:
@@ -361,7 +386,7 @@ def _mamba(model: dict, env: dict, rel: dict, tp: int, rest: float, mrr: int, dr
     spec = bool(env["speculative_algorithm"])
     radix_off = _radix_off(env, rel, True)
     # slots per running request: 1 without radix cache, else 3 (+1 or +2 extra_buffer ping-pong)
-    ratio = 1 if radix_off else (3 + (1 if spec else 2) if rel["mamba_joint_solve"] else 3)
+    ratio = _slots_per_request(env, rel, radix_off, spec)
     pad = 1 if rel["mamba_padding_slot"] else 0
     inter_reqs = 0
     joint = spec and rel["mamba_joint_solve"]
@@ -643,10 +668,12 @@ def plan(target: dict, draft: dict | None, gpu_memory_mib: list, tp_size: int, v
         result["reason"] = (
             f"fits: {tokens} KV tokens ({result['full_context_requests']} full-context requests of {context}), "
             f"{dynamic['headroom_gib'] - dynamic['need_gib']:.2f} GiB spare outside the pool")
-    if algo and target["linear_layers"] and rel["hybrid_spec_radix"] == "refuse" and not env["disable_radix_cache"]:
+    if (algo and target["linear_layers"] and rel["hybrid_spec_radix"] == "refuse" and not env["disable_radix_cache"]
+            and env["mamba_radix_cache_strategy"] != "extra_buffer"):
         result["warnings"].append(
-            f"SGLang {result['sglang_version']} refuses speculative decoding on a hybrid model with radix cache on: "
-            "the server needs --disable-radix-cache in extra_args (the plan assumes it)")
+            f"SGLang {result['sglang_version']} refuses speculative decoding on a hybrid model with radix cache on "
+            "(\"not compatible with radix cache when using --mamba-scheduler-strategy no_buffer\"): set "
+            "disable_radix_cache: true in the variant (the plan assumes it) or mamba_radix_cache_strategy: extra_buffer")
     if found["static_ok"] and tokens < context:
         result["warnings"].append(f"{tokens} KV tokens hold no full-context request of {context} tokens")
     if found["static_ok"] and env["max_running_requests"] and found["max_running_requests"] < env["max_running_requests"]:

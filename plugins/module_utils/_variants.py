@@ -31,6 +31,10 @@ PARAMS = {
     "mem_fraction_static": ((float, int, type(None)), "--mem-fraction-static"),
     "chunked_prefill_size": ((int, type(None)), "--chunked-prefill-size"),
     "kv_cache_dtype": ((str, type(None)), "--kv-cache-dtype"),
+    "disable_radix_cache": ((bool,), "--disable-radix-cache: no prefix cache; a hybrid linear-attention model then "
+                                      "holds exactly max_running_requests state slots"),
+    "mamba_radix_cache_strategy": ((str, type(None)), "no_buffer or extra_buffer: how the radix cache keeps a hybrid "
+                                                      "model's linear-attention states; null = SGLang's choice"),
     "cuda_graph": ((bool,), "capture CUDA graphs"),
     "cuda_graph_max_bs": ((int, type(None)), "largest batch captured in a CUDA graph"),
     "extra_args": ((list,), "further server flags, as a list of strings"),
@@ -38,7 +42,7 @@ PARAMS = {
 }
 DEFAULTS = {
     "speculative_algorithm": None, "draft_model": False, "ddtree_shadow_linear": False, "cuda_graph": True,
-    "extra_args": [], "gate_timeout": 900,
+    "disable_radix_cache": False, "mamba_radix_cache_strategy": None, "extra_args": [], "gate_timeout": 900,
 }
 # The module options of the variant table (doc fragment inferops.sglang.variant_table).
 TABLE_ARGS = {
@@ -49,6 +53,11 @@ TABLE_ARGS = {
 }
 NEEDS_DRAFT = ("DFLASH", "DDTREE", "EAGLE3", "STANDALONE")
 SPLIT_CUDA_GRAPH_FLAGS = (0, 5, 20)
+# --mamba-scheduler-strategy (0.5.9-0.5.13; a deprecated alias 0.5.14-0.5.19, 0.5.14
+# server_args.py:6350-6356; gone in 0.5.20) became --mamba-radix-cache-strategy in 0.5.14.
+MAMBA_RADIX_CACHE_STRATEGY_FLAG = (0, 5, 14)
+# The strategies every release from 0.5.9 accepts (0.5.11 server_args.py:246).
+MAMBA_STRATEGIES = ("no_buffer", "extra_buffer")
 
 
 class VariantError(Exception):
@@ -138,6 +147,13 @@ def check(params: dict) -> list[str]:
         errors.append(f"speculative_algorithm {algo} needs a draft model: set draft_model: true")
     if (params.get("ddtree_shadow_linear") or params.get("ddtree_budget")) and algo != "DDTREE":
         errors.append("ddtree_shadow_linear/ddtree_budget need speculative_algorithm DDTREE")
+    strategy = params.get("mamba_radix_cache_strategy")
+    if strategy is not None and strategy not in MAMBA_STRATEGIES:
+        errors.append(f"mamba_radix_cache_strategy must be one of {', '.join(MAMBA_STRATEGIES)} or null, got {strategy!r}")
+    if strategy == "extra_buffer" and params.get("disable_radix_cache"):
+        # 0.5.11 server_args.py:2396-2401: "mamba extra_buffer is not compatible with --disable-radix-cache"
+        errors.append("mamba_radix_cache_strategy extra_buffer keeps states for the radix cache, which "
+                      "disable_radix_cache turns off: SGLang refuses both together; choose one")
     if not all(isinstance(x, str) for x in params.get("extra_args", [])):
         errors.append("extra_args must be a list of strings")
     if any("--api-key" in x for x in params.get("extra_args", [])):
@@ -168,6 +184,11 @@ def argv(params: dict, server: dict, version: tuple[int, int, int]) -> list[str]
     for key in ("context_length", "max_running_requests", "mem_fraction_static", "chunked_prefill_size", "kv_cache_dtype"):
         if params.get(key) is not None:
             out += ["--" + key.replace("_", "-"), str(params[key])]
+    if params.get("disable_radix_cache"):
+        out.append("--disable-radix-cache")
+    if params.get("mamba_radix_cache_strategy"):
+        flag = "--mamba-radix-cache-strategy" if version >= MAMBA_RADIX_CACHE_STRATEGY_FLAG else "--mamba-scheduler-strategy"
+        out += [flag, str(params["mamba_radix_cache_strategy"])]
     split = version >= SPLIT_CUDA_GRAPH_FLAGS
     if not params.get("cuda_graph", True):
         # 0.5.20 made --disable-cuda-graph a deprecated alias of the per-phase backends

@@ -199,7 +199,60 @@ def test_nextn_linear_state_and_speculative_reserve():
     # 4 KV heads / tp 2 * (256 + 256) * 16 full-attention layers * bf16; NEXTN does not scale the cell before 0.5.14
     cell = (4 // 2) * (256 + 256) * 16 * 2
     assert result["static"]["kv_cell_bytes"] == cell == 32768
-    assert any("--disable-radix-cache" in w for w in result["warnings"])
+    # the table's nextn disables radix cache itself, so 0.5.11 accepts it: no warning
+    assert result["static"]["mamba_slots_per_request"] == 1
+    assert not any("radix" in w for w in result["warnings"]), result["warnings"]
+
+
+# --------------------------------------------------------------------------- radix cache on a hybrid model
+
+
+def test_nextn_with_radix_cache_on_0_5_11_is_planned_as_the_fix_and_warned():
+    """0.5.11 refuses it (server_args.py:2452-2456); the plan assumes radix off and says how to fix the variant."""
+    fixed = plan_qwen("nextn")
+    refused = plan_qwen("nextn", disable_radix_cache=False)
+    assert refused["static"]["mamba_slots"] == fixed["static"]["mamba_slots"] == 16
+    assert refused["max_total_tokens"] == fixed["max_total_tokens"]
+    warning = next(w for w in refused["warnings"] if "radix" in w)
+    assert "refuses speculative decoding on a hybrid model" in warning
+    assert "disable_radix_cache: true" in warning and "mamba_radix_cache_strategy: extra_buffer" in warning
+    # the same flag given the old way, in extra_args, counts as the parameter
+    via_extra = plan_qwen("nextn", disable_radix_cache=False, extra_args=["--disable-radix-cache"])
+    assert via_extra["max_total_tokens"] == fixed["max_total_tokens"] and not via_extra["warnings"]
+
+
+def test_extra_buffer_on_0_5_11_keeps_radix_cache_with_five_slots_per_request():
+    """handle_max_mamba_cache (0.5.11 model_runner_kv_cache_mixin.py:77-131): speculative states for
+    max_running_requests first, then slots = rest * r / (1 + r) // per_req (r = 0.9); _calculate_mamba_ratio
+    (:180-192): 3 + 2 ping-pong slots per request with the overlap schedule on."""
+    result = plan_qwen("nextn", disable_radix_cache=False, mamba_radix_cache_strategy="extra_buffer")
+    assert not any("radix" in w for w in result["warnings"])
+    # NEXTN: the target loads without its MTP layer, which the draft worker loads (outside the pool before 0.5.14)
+    model = qwen()
+    target_w = (QWEN_WEIGHTS - model["mtp_layers"] * _memplan.layer_weight_bytes(model)) / 2 / GIB
+    rest = (CT129_PRE - target_w) - CT129_PRE * (1 - 0.88)
+    spec = QWEN_STATE_TP2 * 16 * 4 / GIB
+    slots = int((rest - spec) * 0.9 / 1.9 * GIB // QWEN_STATE_TP2)
+    assert result["static"]["mamba_slots"] == slots
+    assert result["static"]["mamba_slots_per_request"] == 5
+    assert result["max_total_tokens"] == hand_tokens(CT129_PRE, target_w, 0.88, 32768, 1,
+                                                     spec, slots * QWEN_STATE_TP2 / GIB)
+    # keeping radix cache costs KV tokens against radix off
+    assert result["max_total_tokens"] < plan_qwen("nextn")["max_total_tokens"]
+    # the strategy flag in extra_args (either release's name) counts as the parameter
+    for flag in ("--mamba-scheduler-strategy", "--mamba-radix-cache-strategy"):
+        via_extra = plan_qwen("nextn", disable_radix_cache=False, extra_args=[flag, "extra_buffer"])
+        assert via_extra["static"]["mamba_slots"] == slots
+
+
+def test_radix_cache_off_keeps_sixteen_requests_on_0_5_23():
+    """0.5.14+ keep radix cache with extra_buffer by themselves; on ct129 its slots cap the scheduler below the
+    production envelope's 16 requests, which radix off keeps (slots = max_running_requests)."""
+    fixed = plan_qwen("nextn", version="0.5.23")
+    kept = plan_qwen("nextn", version="0.5.23", disable_radix_cache=False)
+    assert fixed["max_running_requests"] == 16 and fixed["static"]["mamba_slots"] == 16
+    assert kept["max_running_requests"] < 16 and kept["static"]["mamba_slots_per_request"] == 4
+    assert kept["max_total_tokens"] < fixed["max_total_tokens"]
 
 
 def test_shadow_dflash_cell_and_static_pool_failure():

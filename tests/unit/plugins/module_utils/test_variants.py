@@ -115,6 +115,57 @@ def test_cuda_graph_flags_follow_the_version():
     assert v.argv(small, SERVER, (0, 5, 23))[-2:] == ["--cuda-graph-max-bs-decode", "8"]
 
 
+@pytest.mark.parametrize("version, flags", [
+    # --disable-radix-cache exists in every release (0.5.11 server_args.py; 0.5.23 arg_groups/fields)
+    ((0, 5, 9), ["--disable-radix-cache"]),
+    ((0, 5, 11), ["--disable-radix-cache"]),
+    ((0, 5, 23), ["--disable-radix-cache"]),
+])
+def test_nextn_renders_radix_cache_off_on_every_release(version, flags):
+    """Real 0.5.10-0.5.13 refuse NEXTN on the hybrid Qwen3.6 with radix cache on
+    (0.5.11 server_args.py:2452-2456); the baseline turns it off on every release."""
+    nextn = params_of("nextn", TABLE, ALIASES)
+    assert nextn["disable_radix_cache"] is True and nextn["mamba_radix_cache_strategy"] is None
+    rendered = v.argv(nextn, SERVER, version)
+    assert [f for f in rendered if "radix" in f or "mamba" in f] == flags
+
+
+@pytest.mark.parametrize("version, flag", [
+    ((0, 5, 10), "--mamba-scheduler-strategy"),
+    ((0, 5, 11), "--mamba-scheduler-strategy"),
+    ((0, 5, 13), "--mamba-scheduler-strategy"),
+    # renamed in 0.5.14 (the old name a deprecated alias until 0.5.19, 0.5.14 server_args.py:6350-6356)
+    ((0, 5, 14), "--mamba-radix-cache-strategy"),
+    ((0, 5, 19), "--mamba-radix-cache-strategy"),
+    ((0, 5, 23), "--mamba-radix-cache-strategy"),
+])
+def test_mamba_strategy_flag_follows_the_version(version, flag):
+    params = params_of("nextn", TABLE, ALIASES, common={"disable_radix_cache": False,
+                                                        "mamba_radix_cache_strategy": "extra_buffer"})
+    assert v.check(params) == []
+    rendered = v.argv(params, SERVER, version)
+    assert "--disable-radix-cache" not in rendered
+    assert [f for f in rendered if "mamba" in f] == [flag]
+    assert rendered[rendered.index(flag) + 1] == "extra_buffer"
+
+
+def test_no_radix_flags_unless_asked():
+    small = params_of("shadow-small", TABLE, ALIASES)
+    for version in ((0, 5, 11), (0, 5, 23)):
+        assert not [f for f in v.argv(small, SERVER, version) if "radix" in f or "mamba" in f]
+
+
+@pytest.mark.parametrize("override, error", [
+    ({"mamba_radix_cache_strategy": "extra"}, "mamba_radix_cache_strategy must be one of no_buffer, extra_buffer or null"),
+    ({"disable_radix_cache": "yes"}, "disable_radix_cache must be bool, got 'yes'"),
+    # 0.5.11 server_args.py:2396-2401 refuses extra_buffer with --disable-radix-cache
+    ({"mamba_radix_cache_strategy": "extra_buffer"}, "SGLang refuses both together"),
+])
+def test_radix_parameter_checks(override, error):
+    params = params_of("nextn", TABLE, ALIASES, common=override)
+    assert any(error in e for e in v.check(params)), v.check(params)
+
+
 def sim_help(sim_install, version: str, ddtree: bool) -> str:
     env = dict(os.environ, PYTHONPATH=str(sim_install(version, ddtree)))
     out = subprocess.run([sys.executable, "-m", "sglang.launch_server", "--help"], env=env, capture_output=True,
