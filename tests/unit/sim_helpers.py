@@ -75,8 +75,9 @@ class Server:
 
 MODEL = ["--model-path", str(MODELS / "Qwen3.6-27B"), "--tp-size", "2", "--served-model-name", "Qwen3.6-27B"]
 DDTREE = ["--speculative-algorithm", "DDTREE", "--speculative-draft-model-path", str(MODELS / "Qwen3.6-27B-DFlash")]
+# --disable-radix-cache: 0.5.10-0.5.13 refuse speculative decoding on the hybrid model with radix cache on
 NEXTN = ["--speculative-algorithm", "NEXTN", "--context-length", "131072", "--max-running-requests", "16",
-         "--mem-fraction-static", "0.88"]
+         "--mem-fraction-static", "0.88", "--disable-radix-cache"]
 SHADOW_SMALL = [*DDTREE, "--context-length", "32768", "--max-running-requests", "4"]
 # The field story's variants on ct129's stand-in (TP 2 on GPUs 0,2)
 SHADOW = [*DDTREE, "--context-length", "131072", "--max-running-requests", "16", "--mem-fraction-static", "0.88"]

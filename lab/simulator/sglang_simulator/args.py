@@ -5,11 +5,24 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
+import os
 
 from .memory import ServerConfig
 from .versions import Release
 
+# --speculative-algorithm choices up to 0.5.11 (0.5.9 server_args.py, 0.5.11
+# server_args.py:5365-5369); from 0.5.12 the builtins of SpeculativeAlgorithm
+# (srt/speculative/spec_info.py) plus NEXTN, an alias of EAGLE.
 UPSTREAM_ALGORITHMS = ["EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM"]
+# --dtype choices, the same in every release 0.5.9-0.5.23.
+DTYPE_CHOICES = ["auto", "half", "float16", "bfloat16", "float", "float32"]
+# --mamba-scheduler-strategy (0.5.9-0.5.13) / --mamba-radix-cache-strategy (0.5.14+).
+MAMBA_SCHEDULER_STRATEGIES = ["auto", "no_buffer", "extra_buffer"]
+MAMBA_RADIX_CACHE_STRATEGIES = ["auto", "no_buffer", "extra_buffer", "extra_buffer_lazy"]
+# 0.5.14+ Literal types of cuda_graph_backend_decode / _prefill (server_args.py:1925-1933).
+CUDA_GRAPH_BACKENDS_DECODE = ["full", "breakable", "tc_piecewise", "disabled"]
+CUDA_GRAPH_BACKENDS_PREFILL = ["breakable", "tc_piecewise", "disabled"]
 
 
 def ddtree_build_installed() -> bool:
@@ -25,8 +38,12 @@ def spec_algorithms(release: Release, ddtree: bool) -> list[str]:
     algorithms = list(UPSTREAM_ALGORITHMS)
     if release.has_dflash:
         algorithms.insert(0, "DFLASH")
-    if release.free_form_spec_algorithm:
-        algorithms += ["DSPARK", "UNO"]
+    if release.has_frozen_kv_mtp:
+        algorithms.append("FROZEN_KV_MTP")
+    if release.has_dspark:
+        algorithms.append("DSPARK")
+    if release.has_uno:
+        algorithms.append("UNO")
     if ddtree:
         algorithms.append("DDTREE")
     return algorithms
@@ -41,7 +58,7 @@ def build_parser(release: Release, prog: str, ddtree: bool | None = None) -> arg
     add("--served-model-name", type=str)
     add("--host", type=str, default="127.0.0.1")
     add("--port", type=int, default=30000)
-    add("--tp-size", "--tensor-parallel-size", "--tp", type=int, default=1, dest="tp_size")
+    add("--tp-size", "--tensor-parallel-size", type=int, default=1, dest="tp_size")
     add("--dp-size", type=int, default=1)
     add("--pp-size", type=int, default=1)
     add("--context-length", type=int)
@@ -49,11 +66,12 @@ def build_parser(release: Release, prog: str, ddtree: bool | None = None) -> arg
     add("--max-running-requests", type=int)
     add("--max-total-tokens", type=int)
     add("--chunked-prefill-size", type=int)
-    add("--page-size", type=int, default=1)
-    add("--dtype", type=str, default="auto")
+    add("--page-size", type=int)
+    add("--dtype", type=str, default="auto", choices=DTYPE_CHOICES)
     add("--kv-cache-dtype", type=str, default="auto")
     add("--trust-remote-code", action="store_true")
     add("--api-key", type=str)
+    add("--config", type=str)  # every release from 0.5.9; read by merge_config before parsing
     add("--skip-server-warmup", action="store_true")
     add("--disable-radix-cache", action="store_true")
     add("--log-level", type=str, default="info")
@@ -63,7 +81,18 @@ def build_parser(release: Release, prog: str, ddtree: bool | None = None) -> arg
     add("--attention-backend", type=str)
     add("--reasoning-parser", type=str)
     add("--tool-call-parser", type=str)
-    add("--mamba-full-memory-ratio", type=float, default=0.9)
+    # 0.9 up to 0.5.19; from 0.5.20 None, resolved by the mamba hook (still 0.9).
+    add("--mamba-full-memory-ratio", type=float, default=None if release.cuda_graph_max_bs_removed else 0.9)
+    add("--device", type=str)
+    add("--sampling-backend", type=str)
+    if release.has_mamba_radix_cache_strategy:
+        add("--mamba-radix-cache-strategy", type=str, default="auto", choices=MAMBA_RADIX_CACHE_STRATEGIES)
+        if release.has_mamba_scheduler_strategy:
+            # 0.5.14-0.5.19: a deprecated alias of --mamba-radix-cache-strategy.
+            add("--mamba-scheduler-strategy", type=str, dest="mamba_radix_cache_strategy")
+    else:
+        add("--mamba-scheduler-strategy", type=str, default="auto", choices=MAMBA_SCHEDULER_STRATEGIES,
+            dest="mamba_radix_cache_strategy")
     add("--max-mamba-cache-size", type=int)
     add("--random-seed", type=int)
     if release.free_form_spec_algorithm:
@@ -84,11 +113,85 @@ def build_parser(release: Release, prog: str, ddtree: bool | None = None) -> arg
     if release.split_cuda_graph_flags:
         add("--cuda-graph-max-bs-decode", type=int)
         add("--cuda-graph-max-bs-prefill", type=int)
-        add("--cuda-graph-backend-decode", type=str, default="cuda_graph")
-        add("--cuda-graph-backend-prefill", type=str, default="cuda_graph")
-    else:
+        add("--cuda-graph-backend-decode", type=str, choices=CUDA_GRAPH_BACKENDS_DECODE)
+        add("--cuda-graph-backend-prefill", type=str, choices=CUDA_GRAPH_BACKENDS_PREFILL)
+    if not release.cuda_graph_max_bs_removed:
+        # 0.5.14-0.5.19 keep it next to -decode/-prefill; 0.5.20 removed it, so
+        # argparse's prefix matching calls it ambiguous.
         add("--cuda-graph-max-bs", type=int)
     return p
+
+
+def _yaml_mapping(text: str) -> dict:
+    """The YAML subset a --config file of flat options needs (the simulator's venv
+    has no PyYAML): ``key: value`` lines, ``#`` comments, ``{}``; a value is JSON
+    when it parses as JSON (quoted strings, numbers, true/false, [lists]), else a
+    plain string."""
+    try:
+        import yaml  # type: ignore[import-untyped]
+    except ImportError:
+        yaml = None
+    if yaml is not None:
+        return yaml.safe_load(text)
+    data: dict = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#") or line == "{}":
+            continue
+        key, sep, value = line.partition(":")
+        if not sep:
+            raise ValueError(f"Config file must contain a dictionary at root level (line {raw!r})")
+        value = value.strip()
+        if value.startswith("#") or not value:
+            data[key.strip()] = None
+            continue
+        try:
+            data[key.strip()] = json.loads(value)
+        except ValueError:
+            data[key.strip()] = {"true": True, "false": False}.get(value.lower(), value)
+    return data
+
+
+def merge_config(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """SGLang's ConfigArgumentMerger (0.5.11 srt/server_args_config_parser.py:51-184,
+    0.5.23 srt/utils/server_args_config_parser.py:75-210, called from
+    prepare_server_args when "--config" is in argv): the YAML file's options become
+    flags placed before the command line's, so the command line wins; store_true
+    options become the bare flag when true. Raises ValueError with SGLang's messages."""
+    indices = [i for i, arg in enumerate(argv) if arg == "--config"]
+    if not indices:
+        return argv
+    if len(indices) > 1:
+        raise ValueError("Multiple config files specified! Only one allowed.")
+    index = indices[0]
+    if index == len(argv) - 1:
+        raise ValueError("No config file specified after --config flag!")
+    path = argv[index + 1]
+    if os.path.splitext(path)[1].lower() not in (".yaml", ".yml"):
+        raise ValueError(f"Config file must be YAML format, got: {os.path.splitext(path)[1]}")
+    if not os.path.exists(path):
+        raise ValueError(f"Config file not found: {path}")
+    with open(path, "r", encoding="utf-8") as handle:
+        data = _yaml_mapping(handle.read())
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ValueError("Config file must contain a dictionary at root level")
+    store_true = {a.dest for a in parser._actions if isinstance(a, argparse._StoreTrueAction)}  # noqa: SLF001
+    merged: list[str] = []
+    for key, value in data.items():
+        if isinstance(value, bool):
+            if key.replace("-", "_") in store_true:
+                merged += [f"--{key}"] if value else []
+            else:
+                merged += [f"--{key}", str(value).lower()]
+        elif isinstance(value, list):
+            merged += ([f"--{key}"] + [str(v) for v in value]) if value else []
+        elif isinstance(value, dict):
+            merged += [f"--{key}", json.dumps(value)]
+        else:
+            merged += [f"--{key}", str(value)]
+    return merged + argv[:index] + argv[index + 2:]
 
 
 class ArgumentValidationError(Exception):
@@ -100,33 +203,29 @@ def validate(release: Release, args: argparse.Namespace, ddtree: bool | None = N
     warnings = []
     ddtree = ddtree_build_installed() if ddtree is None else ddtree
     algo = args.speculative_algorithm
-    if algo and release.free_form_spec_algorithm and algo not in spec_algorithms(release, ddtree):
-        raise ArgumentValidationError(
-            f"ValueError: Unknown speculative algorithm {algo!r}. "
-            f"Available: {', '.join(spec_algorithms(release, ddtree))}"
-        )
+    if algo and release.free_form_spec_algorithm and algo.upper() not in spec_algorithms(release, ddtree):
+        # SpeculativeAlgorithm.from_string (0.5.12.post1 spec_info.py:54)
+        raise ArgumentValidationError(f"ValueError: Unknown speculative algorithm name: {algo}")
     if algo in ("DFLASH", "DDTREE") and not args.speculative_draft_model_path:
+        # 0.5.11 server_args.py:3331-3333
         raise ArgumentValidationError(
             "ValueError: DFLASH speculative decoding requires setting --speculative-draft-model-path."
         )
-    if args.mem_fraction_static is not None and not 0 < args.mem_fraction_static < 1:
-        raise ArgumentValidationError(
-            f"ValueError: mem_fraction_static must be in (0, 1), got {args.mem_fraction_static}"
-        )
-    if release.split_cuda_graph_flags and args.disable_cuda_graph:
+    # No release range-checks --mem-fraction-static (the simulator used to invent one).
+    if release.disable_cuda_graph_deprecated and args.disable_cuda_graph:
+        # DeprecatedStoreTrueAction (0.5.14 arg_groups/argparse_actions.py:63-66,
+        # new_flag from server_args.py:6376-6380)
         warnings.append(
-            "--disable-cuda-graph is deprecated; use --cuda-graph-backend-decode=disabled "
-            "--cuda-graph-backend-prefill=disabled"
+            "'--disable-cuda-graph' is deprecated and will be removed in a future release. "
+            "Use '--cuda-graph-backend-{decode,prefill}=disabled' instead."
         )
-    if algo == "NEXTN":
-        warnings.append("NEXTN is an alias of EAGLE with the model's MTP heads as the draft.")
     return warnings
 
 
 def server_config(release: Release, args: argparse.Namespace) -> ServerConfig:
     if release.split_cuda_graph_flags:
         graph = not args.disable_cuda_graph and args.cuda_graph_backend_decode != "disabled"
-        graph_bs = args.cuda_graph_max_bs_decode
+        graph_bs = args.cuda_graph_max_bs_decode or getattr(args, "cuda_graph_max_bs", None)
     else:
         graph = not args.disable_cuda_graph
         graph_bs = args.cuda_graph_max_bs
@@ -145,7 +244,7 @@ def server_config(release: Release, args: argparse.Namespace) -> ServerConfig:
         speculative_algorithm=args.speculative_algorithm,
         num_draft_tokens=draft_tokens,
         disable_radix_cache=args.disable_radix_cache,
-        mamba_full_memory_ratio=args.mamba_full_memory_ratio,
+        mamba_full_memory_ratio=args.mamba_full_memory_ratio if args.mamba_full_memory_ratio is not None else 0.9,
         max_mamba_cache_size=args.max_mamba_cache_size,
-        page_size=args.page_size,
+        page_size=args.page_size or 1,
     )

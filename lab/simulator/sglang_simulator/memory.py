@@ -27,6 +27,7 @@ weights and, for EAGLE-family drafts, its KV pool of the same token count.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from .model import ModelSpec
@@ -221,7 +222,7 @@ def plan(
         tokens = min(tokens, cfg.max_total_tokens)
     result.max_total_tokens = tokens
     if tokens <= 0:
-        raise PoolSizingError(pool_error_text(release, mfs, pre, post))
+        raise PoolSizingError(pool_error_text(release, mfs, pre, post, rest))
     result.kv_gib = tokens * cell / GIB
 
     context = cfg.context_length or model.max_position_embeddings
@@ -294,14 +295,18 @@ def default_mfs(release: Release, gpu_gib: float, tp: int, chunked: int, max_bs:
     return round((gpu_mb - reserved_mb) / gpu_mb, 3)
 
 
-def pool_error_text(release: Release, mfs: float, pre: float, post: float) -> str:
-    if release.new_pool_error:
+def pool_error_text(release: Release, mfs: float, pre: float, post: float, rest: float) -> str:
+    """0.5.14+ raise a ValueError when the loaded weights leave nothing
+    (0.5.14 model_runner_kv_cache_mixin.py:103-118); otherwise, and before
+    0.5.14, the pool's own RuntimeError (0.5.11 pool_configurator.py:39-44)."""
+    if release.new_pool_error and rest <= 0:
         minimum = 1 - post / pre if pre > 0 else 1.0
+        suggested = math.ceil(minimum * 1000) / 1000
         return (
             "ValueError: Loaded weights leave no GPU memory for the KV cache under "
-            f"--mem-fraction-static={mfs}. Raise --mem-fraction-static above {minimum:.3f} "
-            f"(minimum viable = 1 - available/pre = {minimum:.3f}). "
-            "If using speculative decoding, draft weights are now counted."
+            f"--mem-fraction-static={mfs}. Raise --mem-fraction-static above {suggested:.3f} "
+            f"(minimum viable = 1 - available/pre = {minimum:.4f}). If using speculative "
+            "decoding, draft weights are now counted."
         )
     return (
         "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "

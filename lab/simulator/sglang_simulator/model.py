@@ -44,6 +44,9 @@ class ModelSpec:
     mtp_layers: int
     weight_bytes: int
     block_size: int | None = None  # DFlash drafts: the verify block (draft tokens)
+    # ModelConfig.is_image_understandable_model: hasattr(hf_config, "vision_config")
+    # (0.5.11 configs/model_config.py:233-235)
+    has_vision: bool = False
 
     @property
     def dtype_bytes(self) -> int:
@@ -126,4 +129,5 @@ def load(path: str) -> ModelSpec:
         mtp_layers=int(text.get("mtp_num_hidden_layers", 0)),
         weight_bytes=_weight_bytes(directory),
         block_size=int(config["block_size"]) if "block_size" in config else None,
+        has_vision="vision_config" in config,
     )

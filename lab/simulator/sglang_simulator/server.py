@@ -19,12 +19,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import logging.config
 import os
 import signal
 import socket
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -32,7 +36,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from . import hardware as hw
 from . import memory
 from . import model as model_mod
-from .args import ArgumentValidationError, build_parser, ddtree_build_installed, server_config, validate
+from . import radix
+from .args import ArgumentValidationError, build_parser, ddtree_build_installed, merge_config, server_config, validate
 from .versions import DEFAULT_VERSION, Release, release as make_release
 
 # Libraries every SGLang start loads (sgl_kernel imports need the driver library).
@@ -55,15 +60,44 @@ def emulated_version() -> str:
         return os.environ.get("SGLANG_SIM_VERSION", DEFAULT_VERSION)
 
 
+# configure_logger's format "[%(asctime)s{prefix}] %(message)s" (0.5.11
+# utils/common.py:1217-1223, 0.5.23 :2630): the main process has no prefix; a
+# scheduler's prefix names its rank only where the size is > 1 (" TP1" needs
+# --tp-size > 1; 0.5.11 managers/scheduler.py:3845-3857). No level name.
+TP_SIZE = 1
+
+
 def _stamp(rank: int | None = None) -> str:
     now = time.strftime("%Y-%m-%d %H:%M:%S")
-    return f"[{now} TP{rank}]" if rank is not None else f"[{now}]"
+    return f"[{now} TP{rank}]" if rank is not None and TP_SIZE > 1 else f"[{now}]"
 
 
 def log(message: str, rank: int | None = None) -> None:
     for line in message.splitlines() or [""]:
         sys.stdout.write(f"{_stamp(rank)} {line}\n")
     sys.stdout.flush()
+
+
+def uvicorn_log(message: str) -> None:
+    """uvicorn's own loggers ("%(levelprefix)s %(message)s", no time stamp)."""
+    sys.stdout.write(message + "\n")
+    sys.stdout.flush()
+
+
+def configure_logger(args: object) -> None:
+    """SGLang's logging set-up: prepare_server_args' basicConfig, then
+    configure_logger (0.5.11 srt/utils/common.py:1206-1224): a JSON dictConfig
+    from SGLANG_LOGGING_CONFIG_PATH when set (a missing file raises), else
+    ``[time] message`` at --log-level on stderr."""
+    path = os.environ.get("SGLANG_LOGGING_CONFIG_PATH")
+    if path:
+        if not os.path.exists(path):
+            raise Exception(f"Setting SGLANG_LOGGING_CONFIG_PATH from env with {path} but it does not exist!")
+        with open(path, encoding="utf-8") as handle:
+            logging.config.dictConfig(json.loads(handle.read()))
+        return
+    logging.basicConfig(level=getattr(logging, str(getattr(args, "log_level", "info")).upper(), logging.INFO),
+                        format="[%(asctime)s] %(message)s", datefmt="%Y-%m-%d %H:%M:%S", force=True)
 
 
 def lazy_libraries(algorithm: str | None) -> list[str]:
@@ -103,6 +137,51 @@ def oom_text(need_gib: float, free_gib: float, total_gib: float, gpu: int) -> st
     )
 
 
+# The picture SGLang's warmup sends (0.5.11 entrypoints/http_server.py:1853).
+MINIMUM_PNG_PICTURE_BASE64 = (
+    "iVBORw0KGgoAAAANSUhEUgAAACAAAAAgCAYAAABzenr0AAAACXBIWXMAAA7EAAAOxAGVKw4bAAAAbUlEQVRYhe3VsQ2AMAxE0Y/lIgNQULD/OqyCMgCihC"
+    "KSG4yRuKuiNH6JLsoEbMACOGBcua9HOR7Y6w6swBwMy0qLTpkeI77qdEBpBFAHBBDAGH8WrwJKI4AAegUCfAKgEgpQDvh3CR3oQCuav58qlAw73kKCSgAAAABJRU5ErkJggg=="
+)
+
+
+def http_json(method: str, url: str, body: dict | None, headers: dict, timeout: float) -> tuple[int, dict | None]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method, headers={"content-type": "application/json", **headers})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - local server
+            raw = resp.read()
+            status = resp.status
+    except urllib.error.HTTPError as exc:
+        raw, status = exc.read(), exc.code
+    try:
+        return status, json.loads(raw) if raw else None
+    except ValueError:
+        return status, None
+
+
+def cuda_graph_hint(release: Release) -> str:
+    """CUDA_GRAPH_CAPTURE_FAILED_MSG of the release (0.5.11
+    model_executor/cuda_graph_runner.py:1431-1438; 0.5.14+
+    model_executor/runner_backend_utils/__init__.py:14-21)."""
+    if release.graph_hint_names_decode_flags:
+        return (
+            "Possible solutions:\n"
+            "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
+            "2. set --cuda-graph-max-bs-decode to a smaller value (e.g., 16)\n"
+            "3. disable decode CUDA graph by --cuda-graph-backend-decode=disabled. "
+            "(Not recommended. Huge performance loss)\n"
+            "Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose \n"
+        )
+    return (
+        "Possible solutions:\n"
+        "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
+        "2. set --cuda-graph-max-bs to a smaller value (e.g., 16)\n"
+        "3. disable torch compile by not using --enable-torch-compile\n"
+        "4. disable CUDA graph by --disable-cuda-graph. (Not recommended. Huge performance loss)\n"
+        "Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose \n"
+    )
+
+
 class Simulator:
     """One simulated server process."""
 
@@ -110,6 +189,12 @@ class Simulator:
         self.release: Release = make_release(emulated_version())
         self.ddtree = ddtree_build_installed()
         parser = build_parser(self.release, prog, self.ddtree)
+        try:
+            argv = merge_config(parser, argv)
+        except (OSError, ValueError) as exc:
+            log("Traceback (most recent call last):\n  File \"sglang/srt/server_args.py\", in prepare_server_args\n"
+                f"{type(exc).__name__}: {exc}")
+            sys.exit(1)
         self.args = parser.parse_args(argv)  # exits 2 with argparse's message
         self.hardware: hw.Hardware | None = None
         self.ledger = hw.Ledger(name=f"sglang::scheduler ({self.args.model_path})")
@@ -121,6 +206,9 @@ class Simulator:
         self.served_name = self.args.served_model_name or self.args.model_path
         self.context_len = 0
         self.num_draft_tokens = 0
+        self.has_vision = False
+        self.model_type: str | None = None
+        self.architecture = ""
 
     # -- time -----------------------------------------------------------------
     def sleep(self, seconds: float) -> None:
@@ -137,9 +225,10 @@ class Simulator:
         sys.stdout.flush()
         os.kill(os.getpid(), signal.SIGKILL)
 
-    def hang(self, lines: str, rank: int) -> None:
-        """A rank failed while the others wait in a collective: alive, never serving."""
-        log(lines, rank)
+    def hang(self) -> None:
+        """A real hang (NCCL, custom all-reduce during capture, upstream PR #11275)
+        logs nothing at all: alive, never serving. Nothing in the simulator uses
+        it for an error it has logged: a logged fatal error always kills the tree."""
         while True:
             time.sleep(3600)
 
@@ -151,9 +240,30 @@ class Simulator:
             log(f"Traceback (most recent call last):\n  File \"sglang/srt/server_args.py\", in __post_init__\n{exc}")
             sys.exit(1)
         for warning in warnings:
-            log(f"WARNING: {warning}")
-        shown = ", ".join(f"{k}={v!r}" for k, v in sorted(vars(self.args).items()) if k != "api_key")
-        log(f"server_args=ServerArgs({shown}, api_key={'***' if self.args.api_key else None})")
+            log(warning)
+        global TP_SIZE
+        TP_SIZE = self.args.tp_size
+        try:
+            # ServerArgs.__post_init__ reads the model's config.json before any
+            # process starts (_handle_model_specific_adjustments).
+            architecture = model_mod.load(self.args.model_path).architecture
+        except model_mod.ModelPathError:
+            architecture = ""
+        try:
+            # The team's DDTree build replaces server_args.py with a later source
+            # snapshot (lab/ddtree), which does not refuse: the field story's shadow
+            # variants reached the pool on 0.5.11.
+            for warning in ([] if self.ddtree else radix.resolve(self.release, self.args, architecture)):
+                log(warning)
+        except radix.RadixRefusal as exc:
+            log("Traceback (most recent call last):\n  File \"sglang/srt/server_args.py\", in __post_init__\n"
+                "  File \"sglang/srt/server_args.py\", in _handle_mamba_radix_cache\n" + str(exc))
+            sys.exit(1)
+        configure_logger(self.args)
+        # As real SGLang: every argument at INFO on the engine's logger, the API key
+        # in clear (0.5.11 srt/entrypoints/engine.py:679, 0.5.23 :1185).
+        shown = ", ".join(f"{k}={v!r}" for k, v in sorted(vars(self.args).items()) if k != "config")
+        logging.getLogger("sglang.srt.entrypoints.engine").info(f"server_args=ServerArgs({shown})")
         log(f"SGLang {self.release.text} (sglang-simulator: a test double, not SGLang)")
         try:
             self.hardware = hw.load()
@@ -172,11 +282,15 @@ class Simulator:
             log("Traceback (most recent call last):\n  File \"sglang/srt/configs/model_config.py\", in __init__\n" + str(exc))
             sys.exit(1)
         self.context_len = self.args.context_length or target.max_position_embeddings
+        self.has_vision, self.model_type, self.architecture = target.has_vision, target.model_type, target.architecture
         if self.context_len > target.max_position_embeddings:
+            # 0.5.11 configs/model_config.py:456-476
             log(
-                f"ValueError: User-specified context_length ({self.context_len}) is greater than the derived "
+                f"ValueError: Warning: User-specified context_length ({self.context_len}) is greater than the derived "
                 f"context_length ({target.max_position_embeddings}). This may lead to incorrect model outputs "
-                "or CUDA errors. Set SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 to allow it."
+                "or CUDA errors. Note that the derived context_length may differ from max_position_embeddings in "
+                "the model's config. To allow overriding this maximum, set the env var "
+                "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"
             )
             sys.exit(1)
 
@@ -309,64 +423,163 @@ class Simulator:
                 log(f"Load weight end. type=DraftModel, dtype=torch.bfloat16, avail mem={free:.2f} GB, mem usage={stage.gib:.2f} GB.", 0)
 
     def _fail_stage(self, stage: memory.Stage, free: float, total_mib: int, ranks: list[hw.Gpu], tp: int) -> None:
+        """An out-of-memory after the pool: the rank that raised logs "Scheduler hit
+        an exception" and SIGQUITs the parent, which kills the tree (0.5.11
+        managers/scheduler.py:3936-3939, entrypoints/engine.py:1185-1191). The other
+        ranks do not keep it alive: the whole tree goes within milliseconds."""
         oom = oom_text(stage.gib, max(free, 0.0), total_mib / 1024, ranks[-1].index)
         if stage.name in ("cuda_graph", "draft_cuda_graph"):
-            # Known SGLang behaviour: a CUDA graph OOM can hang instead of exiting.
-            self.hang(
-                "Capture cuda graph failed: " + oom + "\n"
-                "Possible solutions:\n"
-                "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
-                "2. set --cuda-graph-max-bs to a smaller value (e.g., 16)\n"
-                "3. disable torch compile by not using --enable-torch-compile\n"
-                "4. disable CUDA graph by --disable-cuda-graph. (Not recommended. Huge performance loss)\n"
-                "Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose ",
-                tp - 1,
+            # raise Exception(f"Capture cuda graph failed: {e}\n{CUDA_GRAPH_CAPTURE_FAILED_MSG}")
+            # (0.5.11 model_executor/cuda_graph_runner.py:715-718 and the EAGLE draft
+            # runners; 0.5.14+ model_executor/runner/decode_cuda_graph_runner.py)
+            if stage.name == "cuda_graph":
+                where = ("sglang/srt/model_executor/runner/decode_cuda_graph_runner.py"
+                         if self.release.split_cuda_graph_flags else "sglang/srt/model_executor/cuda_graph_runner.py")
+            else:
+                where = "sglang/srt/speculative/eagle_draft_cuda_graph_runner.py"
+            text = (
+                "Traceback (most recent call last):\n"
+                f'  File "{where}", in __init__\n'
+                "    self.capture()\n"
+                + oom + "\n\n"
+                "During handling of the above exception, another exception occurred:\n\n"
+                "Traceback (most recent call last):\n"
+                '  File "sglang/srt/managers/scheduler.py", in run_scheduler_process\n'
+                f'  File "{where}", in __init__\n'
+                "Exception: Capture cuda graph failed: " + oom.split(": ", 1)[1] + "\n"
+                + cuda_graph_hint(self.release)
             )
+            self.die(text, tp - 1)
         worker = "dflash_worker.py" if self.args.speculative_algorithm in memory.DFLASH_FAMILY else "eagle_worker.py"
         text = (
             "Traceback (most recent call last):\n"
+            '  File "sglang/srt/managers/scheduler.py", in run_scheduler_process\n'
             f'  File "sglang/srt/speculative/{worker}", in __init__\n'
             '  File "sglang/srt/model_executor/model_runner.py", in load_model\n' + oom
         )
-        if stage.name in ("draft_weights", "draft_kv_pool") and tp > 1:
-            # One rank raised; the others block in NCCL waiting for it.
-            self.hang("Scheduler hit an exception: " + text, tp - 1)
         self.die(text, tp - 1)
 
     # -- serving --------------------------------------------------------------
     def serve(self) -> None:
+        """uvicorn.run as SGLang calls it (0.5.11 entrypoints/http_server.py:2261):
+        the app's lifespan starts the warmup thread before the socket is bound
+        (:390-400), so a port that is taken still gets the warmup, run against
+        whoever holds the port; uvicorn then logs the bind error, shuts the
+        lifespan down (which joins the warmup thread) and exits 3
+        (uvicorn server.py:182-192, STARTUP_FAILURE)."""
         handler = make_handler(self)
+        uvicorn_log("INFO:     Started server process [%d]" % os.getpid())
+        uvicorn_log("INFO:     Waiting for application startup.")
+        warmup = threading.Thread(target=self._wait_and_warmup)
+        warmup.start()
+        uvicorn_log("INFO:     Application startup complete.")
         try:
             httpd = ThreadingHTTPServer((self.args.host, self.args.port), handler)
         except OSError as exc:
-            log(
+            uvicorn_log(
                 f"ERROR:    [Errno {exc.errno}] error while attempting to bind on address "
                 f"('{self.args.host}', {self.args.port}): {exc.strerror.lower() if exc.strerror else exc}"
             )
+            uvicorn_log("INFO:     Waiting for application shutdown.")
+            warmup.join()
+            uvicorn_log("INFO:     Application shutdown complete.")
             self.ledger.release()
-            sys.exit(1)
+            sys.exit(3)
         httpd.daemon_threads = True
         self.httpd = httpd
-        log("INFO:     Started server process [%d]" % os.getpid())
-        log("INFO:     Waiting for application startup.")
-        log("INFO:     Application startup complete.")
-        log(f"INFO:     Uvicorn running on http://{self.args.host}:{self.args.port} (Press CTRL+C to quit)")
-        threading.Thread(target=self._warmup, daemon=True).start()
+        uvicorn_log(f"INFO:     Uvicorn running on http://{self.args.host}:{self.args.port} (Press CTRL+C to quit)")
         httpd.serve_forever(poll_interval=0.2)
 
-    def _warmup(self) -> None:
+    def _wait_and_warmup(self) -> None:
+        """_wait_and_warmup / _execute_server_warmup (0.5.11
+        entrypoints/http_server.py:1856-2038): poll GET /model_info once a second
+        (120 tries, 5 s timeout each), then one generation: POST /generate "The
+        capital city of France is", 8 tokens, or for a model with image
+        understanding a POST /v1/chat/completions with an image. Any failure logs
+        "Initialization failed. warmup error: ..." and kills the process tree.
+        It talks HTTP to host:port, so it reaches whoever holds the port."""
         if self.args.skip_server_warmup:
             self.ready.set()
+            log("The server is fired up and ready to roll!")
             return
-        self.sleep(3)
-        self.generate("The capital city of France is", 8, client=False)
-        log('INFO:     127.0.0.1:0 - "POST /generate HTTP/1.1" 200 OK')
+        url = f"http://{self.args.host}:{self.args.port}"
+        headers = {"Authorization": f"Bearer {self.args.api_key}"} if self.args.api_key else {}
+        timeout = max(0.2, 5 * self._scale())
+        info = None
+        last = ""
+        for _ in range(120):
+            self.sleep(1)
+            try:
+                status, info = http_json("GET", url + "/model_info", None, headers, timeout)
+                if status == 200:
+                    break
+                last = f"AssertionError: res=<Response [{status}]>"
+            except Exception as exc:  # noqa: BLE001 - requests raises many kinds
+                last = f"requests.exceptions.ConnectionError: {exc}"
+            info = None
+        if info is None:
+            self._warmup_failed(last)
+            return
+        if info.get("has_image_understanding"):
+            path = "/v1/chat/completions"
+            body = {
+                "model": self.served_name,
+                "messages": [{"role": "user", "content": [
+                    {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{MINIMUM_PNG_PICTURE_BASE64}"}},
+                    {"type": "text", "text": "Describe the image."},
+                ]}],
+                "max_tokens": 8, "stream": False, "temperature": 0.0,
+            }
+        else:
+            path = "/generate"
+            body = {"sampling_params": {"temperature": 0, "max_new_tokens": 8}, "text": "The capital city of France is"}
+        try:
+            status, answer = http_json("POST", url + path, body, headers, max(1.0, 600 * self._scale()))
+            if status != 200:
+                raise AssertionError(json.dumps(answer))
+        except Exception as exc:  # noqa: BLE001
+            self._warmup_failed(f"{type(exc).__name__}: {exc}")
+            return
         self.ready.set()
         log("The server is fired up and ready to roll!")
 
+    def _warmup_failed(self, last: str) -> None:
+        self.crashed.set()
+        log(f"Initialization failed. warmup error: Traceback (most recent call last):\n{last}")
+        self.ledger.release()
+        os.kill(os.getpid(), signal.SIGKILL)  # kill_process_tree(os.getpid())
+
+    def _scale(self) -> float:
+        return self.hardware.time_scale if self.hardware else 1.0
+
+    def health(self) -> int:
+        """/health and /health_generate are one handler (0.5.11
+        entrypoints/http_server.py:506-578): an empty 503 while the server is
+        starting, then a 1-token generation that must answer within
+        HEALTH_CHECK_TIMEOUT (SGLANG_HEALTH_CHECK_TIMEOUT, 20 s): 200, else 503."""
+        if not self.ready.is_set():
+            return 503
+        limit = float(os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT", "20"))
+        done = threading.Event()
+
+        def one_token() -> None:
+            self.generate("", 1, client=False)
+            done.set()
+
+        threading.Thread(target=one_token, daemon=True).start()
+        tic = time.time()
+        if done.wait(limit):
+            return 200
+        log(
+            "Health check failed. Server couldn't get a response from detokenizer for last "
+            f"{int(limit)} seconds. tic start time: {time.strftime('%H:%M:%S', time.localtime(tic))}. "
+            f"last_heartbeat time: {time.strftime('%H:%M:%S', time.localtime(tic))}"
+        )
+        return 503
+
     def generate(self, prompt: str, max_new_tokens: int, client: bool = True) -> dict:
         algorithm = self.args.speculative_algorithm
-        if client:
+        if client and self.ready.is_set():  # the warmup's own request is not a client's
             with self.lock:
                 self.client_requests += 1
                 first = self.client_requests == 1
@@ -407,7 +620,10 @@ def make_handler(sim: Simulator):
         sys_version = ""
 
         def log_message(self, format: str, *args) -> None:  # noqa: A002 - http.server API
-            log(f'INFO:     {self.client_address[0]}:{self.client_address[1]} - "{self.requestline}" {args[1] if len(args) > 1 else ""}')
+            # uvicorn's access log: '%(client_addr)s - "%(request_line)s" %(status_code)s'
+            code = str(args[1]) if len(args) > 1 else ""
+            phrase = HTTPStatus(int(code)).phrase if code.isdigit() else ""
+            uvicorn_log(f'INFO:     {self.client_address[0]}:{self.client_address[1]} - "{self.requestline}" {code} {phrase}'.rstrip())
 
         def _send(self, status: int, body: object | None = None) -> None:
             data = b"" if body is None else json.dumps(body).encode("utf-8")
@@ -441,11 +657,18 @@ def make_handler(sim: Simulator):
             if path == "/v1/models":
                 self._send(200, {"object": "list", "data": [self._model_card()]})
             elif path in ("/health", "/health_generate"):
-                self._send(200 if sim.ready.is_set() else 503)
+                self._send(sim.health())
             elif path == "/ready" and sim.release.has_ready_endpoint:
-                self._send(200 if sim.ready.is_set() else 503, {"status": "ok" if sim.ready.is_set() else "starting"})
+                # 0.5.23 entrypoints/http_server.py:715-718: an empty 200/503
+                self._send(200 if sim.ready.is_set() else 503)
             elif path in ("/model_info", "/get_model_info"):
-                self._send(200, {"model_path": sim.args.model_path, "tokenizer_path": sim.args.model_path, "is_generation": True})
+                # 0.5.11 entrypoints/http_server.py:591-608
+                self._send(200, {
+                    "model_path": sim.args.model_path, "tokenizer_path": sim.args.tokenizer_path,
+                    "is_generation": True, "preferred_sampling_params": None, "weight_version": "default",
+                    "has_image_understanding": sim.has_vision, "has_audio_understanding": False,
+                    "model_type": sim.model_type, "architectures": [sim.architecture] if sim.architecture else None,
+                })
             elif path in ("/server_info", "/get_server_info"):
                 info = {k: v for k, v in vars(sim.args).items() if k != "api_key"}
                 info.update(version=sim.release.text, simulator=True)
@@ -515,7 +738,8 @@ def main(argv: list[str] | None = None, prog: str = "launch_server.py") -> None:
     sim = Simulator(sys.argv[1:] if argv is None else argv, prog)
 
     def stop(signum: int, _frame: object) -> None:
-        log(f"Received signal {signum}; shutting down (releasing GPU memory).")
+        # 0.5.11 managers/tokenizer_manager.py:2732-2734 (the simulator does not drain)
+        log(f"SIGTERM received. {signum=} {_frame=}. Draining requests and shutting down...")
         sim.sleep(2)  # the driver frees memory a moment after the process ends
         sim.ledger.release()
         os._exit(0)

@@ -1,4 +1,9 @@
-"""Which SGLang release the simulator emulates, and what changed between releases."""
+"""Which SGLang release the simulator emulates, and what changed between releases.
+
+Every switch below is checked against the real wheel of each release
+0.5.9 ... 0.5.23 by tests/conformance/test_simulator_conformance.py
+(file:line in the comments are into the wheel of the release named).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ DEFAULT_VERSION = "0.5.11"
 
 
 def parse_version(text: str) -> tuple[int, int, int]:
-    """'0.5.11+simulator' -> (0, 5, 11)."""
+    """'0.5.11+simulator' -> (0, 5, 11); '0.5.12.post1' -> (0, 5, 12)."""
     match = re.match(r"^\s*(\d+)\.(\d+)\.(\d+)", text)
     if not match:
         raise ValueError(f"not an SGLang version: {text!r}")
@@ -26,37 +31,118 @@ class Release:
     def text(self) -> str:
         return ".".join(str(p) for p in self.version)
 
+    # -- speculative algorithms (srt/speculative/spec_info.py SpeculativeAlgorithm) --
     @property
     def has_dflash(self) -> bool:
-        # DFLASH is upstream since 0.5.11 (PR #22077).
+        # 0.5.11 spec_info.py: DFLASH = auto(); --speculative-algorithm choices
+        # ["DFLASH", "EAGLE", ...] (0.5.11 server_args.py:5365-5369).
         return self.version >= (0, 5, 11)
 
     @property
     def free_form_spec_algorithm(self) -> bool:
-        # 0.5.23 takes any string and validates it after parsing (plugins).
-        return self.version >= (0, 5, 23)
+        # 0.5.12.post1 server_args.py:5786: --speculative-algorithm has no choices
+        # ("Or any name registered via SpeculativeAlgorithm.register"); the name is
+        # checked by SpeculativeAlgorithm.from_string (spec_info.py:54).
+        return self.version >= (0, 5, 12)
 
     @property
-    def split_cuda_graph_flags(self) -> bool:
-        # 0.5.20 rewrote server args: --cuda-graph-max-bs is gone,
-        # --disable-cuda-graph is a deprecated alias.
+    def has_frozen_kv_mtp(self) -> bool:
+        # 0.5.12.post1 spec_info.py: FROZEN_KV_MTP = auto().
+        return self.version >= (0, 5, 12)
+
+    @property
+    def has_dspark(self) -> bool:
+        # 0.5.16 spec_info.py:38 DSPARK = auto() (not 0.5.20 as real-sglang.md says).
+        return self.version >= (0, 5, 16)
+
+    @property
+    def has_uno(self) -> bool:
+        # 0.5.20 spec_info.py:41 UNO = auto().
         return self.version >= (0, 5, 20)
 
+    # -- CUDA graph flags -------------------------------------------------------
+    @property
+    def split_cuda_graph_flags(self) -> bool:
+        # 0.5.14 server_args.py: cuda_graph_max_bs_decode/_prefill and
+        # cuda_graph_backend_decode/_prefill fields; --disable-cuda-graph becomes
+        # a DeprecatedStoreTrueAction (server_args.py:6376-6380).
+        return self.version >= (0, 5, 14)
+
+    @property
+    def disable_cuda_graph_deprecated(self) -> bool:
+        return self.split_cuda_graph_flags
+
+    @property
+    def cuda_graph_max_bs_removed(self) -> bool:
+        # 0.5.20 rewrote server args (srt/arg_groups/fields/*.py): no
+        # --cuda-graph-max-bs, so argparse calls the prefix ambiguous.
+        return self.version >= (0, 5, 20)
+
+    # -- memory pool --------------------------------------------------------------
     @property
     def draft_weights_in_pool(self) -> bool:
         # Since 0.5.14 target and draft weights load before the single memory
-        # profile (PR #23862); before that the draft loads afterwards, out of
-        # the (1 - mem_fraction_static) headroom.
+        # profile and the pool error says so ("If using speculative decoding,
+        # draft weights are now counted", 0.5.14 pool_configurator.py); before
+        # that the draft loads afterwards, out of the (1 - mfs) headroom.
         return self.version >= (0, 5, 14)
 
     @property
     def new_pool_error(self) -> bool:
-        # 0.5.23 replaced "Not enough memory" with a ValueError naming the minimum.
-        return self.version >= (0, 5, 23)
+        # "Loaded weights leave no GPU memory for the KV cache" from 0.5.14
+        # (pool_configurator.py), not 0.5.23.
+        return self.version >= (0, 5, 14)
 
+    # -- HTTP --------------------------------------------------------------------
     @property
     def has_ready_endpoint(self) -> bool:
-        return self.version >= (0, 5, 23)
+        # @app.get("/ready") in entrypoints/http_server.py from 0.5.20.
+        return self.version >= (0, 5, 20)
+
+    @property
+    def launch_server_warns(self) -> bool:
+        # 0.5.12.post1 launch_server.py:54: warnings.warn("'python -m
+        # sglang.launch_server' is still supported, but 'sglang serve' is ...").
+        return self.version >= (0, 5, 12)
+
+    # -- hybrid linear-attention models and radix cache ----------------------------
+    @property
+    def has_mamba_scheduler_strategy(self) -> bool:
+        # --mamba-scheduler-strategy: 0.5.9-0.5.13 choices auto/no_buffer/extra_buffer
+        # (0.5.11 server_args.py), 0.5.14-0.5.19 a deprecated alias of
+        # --mamba-radix-cache-strategy, gone in 0.5.20.
+        return self.version < (0, 5, 20)
+
+    @property
+    def has_mamba_radix_cache_strategy(self) -> bool:
+        return self.version >= (0, 5, 14)
+
+    @property
+    def radix_refuses_spec_on_hybrid(self) -> bool:
+        # 0.5.10.post1-0.5.13.post1 raise ValueError("Speculative decoding for
+        # {arch} is not compatible with radix cache when using
+        # --mamba-scheduler-strategy no_buffer...") (0.5.11 server_args.py:2452-2456).
+        return (0, 5, 10) <= self.version < (0, 5, 14)
+
+    @property
+    def radix_silently_disabled_for_spec(self) -> bool:
+        # 0.5.9 server_args.py:1761-1764: "Disabling radix cache since speculative
+        # decoding for {arch} is not supported with radix cache yet."
+        return self.version < (0, 5, 10)
+
+    @property
+    def radix_strategy_auto_extra_buffer(self) -> bool:
+        # 0.5.14 server_args.py:4383-4392: strategy "auto" becomes extra_buffer
+        # when overlap scheduling is wanted and the model supports it.
+        return self.version >= (0, 5, 14)
+
+    # -- messages ------------------------------------------------------------------
+    @property
+    def graph_hint_names_decode_flags(self) -> bool:
+        # CUDA_GRAPH_CAPTURE_FAILED_MSG: "2. set --cuda-graph-max-bs to a smaller
+        # value" up to 0.5.13 (0.5.11 cuda_graph_runner.py:1431-1438),
+        # "--cuda-graph-max-bs-decode" from 0.5.14 (runner_backend_utils/__init__.py:14-21).
+        return self.version >= (0, 5, 14)
 
 
 def release(text: str) -> Release:

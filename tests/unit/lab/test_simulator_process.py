@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 import signal
 import socket
 import subprocess
@@ -46,7 +48,8 @@ def test_api_key_is_enforced_except_on_health(launch):
     assert server.status("/v1/models") == 401
     assert server.status("/v1/models", headers={"Authorization": "Bearer wrong"}) == 401
     assert server.status("/v1/models", headers={"Authorization": "Bearer s3cret-key"}) == 200
-    assert "s3cret-key" not in server.output()
+    # real SGLang logs every server argument at INFO, the key in clear (0.5.11 entrypoints/engine.py:679)
+    assert "api_key='s3cret-key'" in server.output()
 
 
 def test_pool_error_kills_the_process_with_sglangs_text(launch):
@@ -57,14 +60,16 @@ def test_pool_error_kills_the_process_with_sglangs_text(launch):
     assert "Received sigquit from a child process. It usually means the child failed." in out
 
 
-def test_draft_oom_on_multi_rank_hangs_without_listening(launch):
+def test_draft_oom_on_multi_rank_kills_the_tree(launch):
+    # Real SGLang: the rank that raised logs "Scheduler hit an exception" and SIGQUITs
+    # the parent, which SIGKILLs the tree (0.5.11 managers/scheduler.py:3936-3939,
+    # entrypoints/engine.py:1185-1191); the other ranks do not keep it alive.
     server = launch([*MODEL, *NOGRAPH], ddtree=True)
-    server.wait_for(lambda: "torch.OutOfMemoryError: CUDA out of memory" in server.output(), what="draft OOM")
-    with pytest.raises(subprocess.TimeoutExpired):
-        server.proc.wait(timeout=2)
+    assert server.proc.wait(timeout=20) == -signal.SIGKILL
+    out = server.output()
+    assert "Scheduler hit an exception: " in out and "torch.OutOfMemoryError: CUDA out of memory" in out
+    assert "Received sigquit from a child process. It usually means the child failed." in out
     assert server.status("/v1/models") is None
-    server.proc.send_signal(signal.SIGTERM)
-    assert server.proc.wait(timeout=10) == 0
 
 
 def test_draft_oom_on_one_rank_exits(launch):
@@ -77,16 +82,23 @@ def test_draft_oom_on_one_rank_exits(launch):
     assert "torch.OutOfMemoryError" in server.output()
 
 
-def test_cuda_graph_oom_hangs(launch):
+GRAPH_OOM = [*MODEL, "--speculative-algorithm", "NEXTN", "--max-running-requests", "160",
+             "--chunked-prefill-size", "1024", "--mem-fraction-static", "0.98", "--disable-radix-cache"]
+
+
+@pytest.mark.parametrize("version, flag, hint", [
+    # CUDA_GRAPH_CAPTURE_FAILED_MSG: 0.5.11 model_executor/cuda_graph_runner.py:1431-1438,
+    # 0.5.14+ model_executor/runner_backend_utils/__init__.py:14-21
+    ("0.5.11", "--cuda-graph-max-bs", "2. set --cuda-graph-max-bs to a smaller value (e.g., 16)"),
+    ("0.5.23", "--cuda-graph-max-bs-decode", "2. set --cuda-graph-max-bs-decode to a smaller value (e.g., 16)"),
+])
+def test_cuda_graph_oom_kills_the_tree_with_the_release_message(launch, version, flag, hint):
     # 160 running requests x 4 draft tokens of CUDA graphs do not fit the 2 % headroom
-    server = launch([*MODEL, "--speculative-algorithm", "NEXTN", "--max-running-requests", "160",
-                     "--chunked-prefill-size", "1024", "--mem-fraction-static", "0.98", "--cuda-graph-max-bs", "160",
-                     "--disable-radix-cache"],
-                    host="ct200", gpus="0,1")
-    server.wait_for(lambda: "Capture cuda graph failed: torch.OutOfMemoryError" in server.output(), what="graph OOM")
-    with pytest.raises(subprocess.TimeoutExpired):
-        server.proc.wait(timeout=1.5)
-    assert server.status("/health") is None
+    server = launch([*GRAPH_OOM, flag, "160"], host="ct200", gpus="0,1", version=version)
+    assert server.proc.wait(timeout=20) == -signal.SIGKILL
+    out = server.output()
+    assert "Exception: Capture cuda graph failed: CUDA out of memory." in out
+    assert hint in out and "Scheduler hit an exception: " in out
 
 
 def test_missing_library_crashes_on_first_client_request_after_health(launch):
@@ -119,15 +131,39 @@ def test_missing_model_path_fails_before_loading(launch, tmp_path):
     assert "HFValidationError: Repo id must be in the form" in server.output()
 
 
-def test_port_in_use(launch):
+def test_port_held_by_something_else_lingers_then_kills_itself(launch):
+    # uvicorn logs the bind error, then its lifespan shutdown joins the warmup thread,
+    # which polls /model_info 120 times (0.5.11 entrypoints/http_server.py:1866-1882)
+    # and kills the tree when nothing answers like SGLang.
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
         server = launch([*MODEL, *NEXTN], port=port, host="ct200", gpus="0,1")
-        assert server.proc.wait(timeout=20) == 1
-    assert ("[Errno 98] error while attempting to bind on address ('127.0.0.1', %d): address already in use"
-            % port) in server.output()
+        server.wait_for(lambda: "address already in use" in server.output(), what="bind error")
+        with pytest.raises(subprocess.TimeoutExpired):
+            server.proc.wait(timeout=1)  # lingers while the warmup polls
+        assert server.proc.wait(timeout=60) == -signal.SIGKILL
+    out = server.output()
+    assert ("ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', %d): address already in use"
+            % port) in out
+    assert "Initialization failed. warmup error: " in out
+    assert "The server is fired up and ready to roll!" not in out
+
+
+def test_port_held_by_another_sglang_warms_it_up_and_exits_3(launch):
+    first = launch([*MODEL, *NEXTN], host="ct200", gpus="0,1")
+    first.wait_for(lambda: first.status("/health") == 200, what="first server healthy")
+    # the second one on GPUs of its own (the first one holds 0 and 1 in the ledger)
+    gpus = json.loads((LAB / "hosts" / "ct200" / "hardware.json").read_text())["gpus"]
+    other = [dict(g, index=g["index"] + 2) for g in gpus]
+    second = launch([*MODEL, *NEXTN], port=first.port, host="ct200", gpus="2,3", hw={"gpus": other})
+    assert second.proc.wait(timeout=30) == 3  # uvicorn's STARTUP_FAILURE
+    out = second.output()
+    assert "address already in use" in out
+    assert "The server is fired up and ready to roll!" in out  # ... about the other server
+    assert out.index("address already in use") < out.index("The server is fired up and ready to roll!")
+    assert first.proc.poll() is None
 
 
 def run_cli(sim_install, hardware, version: str, args: list[str], ddtree: bool = False) -> subprocess.CompletedProcess:
@@ -174,3 +210,49 @@ def test_ledger_shows_memory_in_fake_nvidia_smi(launch, hardware):
     server.proc.send_signal(signal.SIGTERM)
     assert server.proc.wait(timeout=10) == 0
     assert apps() == []
+
+
+NEXTN_RADIX = [a for a in NEXTN if a != "--disable-radix-cache"]
+
+
+@pytest.mark.parametrize("version, extra, refused", [
+    ("0.5.11", [], True),  # 0.5.11 srt/server_args.py:2452-2456
+    ("0.5.10", [], True),
+    ("0.5.13", [], True),
+    ("0.5.11", ["--disable-radix-cache"], False),
+    ("0.5.11", ["--mamba-scheduler-strategy", "extra_buffer"], False),
+    ("0.5.9", [], False),  # silently disables radix cache (0.5.9 server_args.py:1760-1764)
+    ("0.5.14", [], False),  # chooses extra_buffer itself
+])
+def test_radix_cache_with_speculative_decoding_on_the_hybrid_model(sim_install, hardware, version, extra, refused):
+    result = run_cli(sim_install, hardware, version, [*MODEL, *NEXTN_RADIX, *extra, "--port", "1"])
+    text = result.stdout + result.stderr
+    message = ("ValueError: Speculative decoding for Qwen3_5ForConditionalGeneration is not compatible with radix "
+               "cache when using --mamba-scheduler-strategy no_buffer.")
+    if refused:
+        assert result.returncode == 1 and message in text
+    else:
+        assert message not in text
+
+
+def test_health_is_a_one_token_generation_and_vision_warmup_is_a_chat_with_an_image(launch):
+    server = launch([*MODEL, *NEXTN], host="ct200", gpus="0,1")
+    server.wait_for(lambda: server.status("/health") == 200, what="health")
+    out = server.output()
+    # Qwen3.6's config has a vision section: warmup is /v1/chat/completions (0.5.11 http_server.py:1886-1925)
+    assert '"POST /v1/chat/completions HTTP/1.1" 200 OK' in out
+    assert '"POST /generate HTTP/1.1"' not in out
+    info = server.request("GET", "/model_info")[1]
+    assert info["has_image_understanding"] is True and info["architectures"] == ["Qwen3_5ForConditionalGeneration"]
+
+
+def test_log_prefixes_are_sglangs(launch):
+    server = launch([*MODEL, *NEXTN], host="ct200", gpus="0,1")
+    server.wait_for(lambda: server.status("/health") == 200, what="health")
+    lines = server.output().splitlines()
+    # scheduler lines carry " TP<rank>" with --tp-size > 1 (0.5.11 managers/scheduler.py:3845-3857)
+    assert any(re.match(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d TP0\] Load weight begin", x) for x in lines)
+    # the main process has none; uvicorn's lines have no time stamp
+    assert any(re.match(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] The server is fired up and ready to roll!$", x) for x in lines)
+    assert any(x.startswith("INFO:     Uvicorn running on http://127.0.0.1:") for x in lines)
+    assert not any("WARNING: " in x for x in lines)
