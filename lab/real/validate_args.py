@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright (c) inferops.sglang contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Real SGLang's own argument validation for a GPU host, on a machine without one.
@@ -35,19 +34,25 @@ caller (``--trace-gpu-queries`` prints them again):
   ask at import time and cache the answers (``lru_cache``), as they do on a GPU
   host. The callers: 0.5.11 ``srt/utils/common.py:130`` (``is_cuda``), ``:232``
   (``_check_cuda_device_version`` behind ``is_sm90/100/120_supported``),
-  ``:1556-1557`` (``get_device_sm``), ``:1904`` (``get_device``, from
+  ``:1556-1557`` (``get_device_sm``), ``:1875-1876`` (``get_device_name``,
+  from ``server_args.py:2326``), ``:1904`` (``get_device``, from
   ``server_args.py:1066``), ``:1982-1983`` (``get_device_capability``),
-  ``server_args.py:1754`` and ``:2881-2882`` (capability directly),
+  ``server_args.py:2492`` (through ``:232``), ``server_args.py:1754`` and
+  ``:2881-2882`` (capability directly, on some model branches),
   ``utils/hf_transformers_patches.py:235``, ``sgl_kernel/load_utils.py:17-22``
   (which kernel build to load), ``flashinfer/jit/core.py:10``,
   ``flashinfer/compilation_context.py:77-78``,
   ``flashinfer/gdn_kernels/gdn_decode_bf16_state.py:2262``; 0.5.23
   ``srt/platforms/__init__.py:38,46`` (the platform, the device name),
-  ``srt/utils/common.py:159,757,764,1083,1172-1173``,
+  ``srt/utils/common.py:159,757,764,1083,1172-1173`` (from
+  ``layers/deep_gemm_wrapper/configurer.py:38,59``,
+  ``arg_groups/serving_hook.py:652`` and others at import),
   ``srt/runtime_context.py:1874`` (from ``arg_groups/serving_hook.py:478``),
   ``utils/hf_transformers_patches.py:265``, ``sgl_kernel/load_utils.py:17-22``,
   ``flashinfer/compilation_context.py:128-129``,
-  ``flashinfer/kda_kernels/__init__.py:74-77``.
+  ``flashinfer/kda_kernels/__init__.py:74-77``. Libraries beneath them ask
+  too while they are imported (triton's driver, torchao, transformers,
+  ``torch._dynamo``, tvm_ffi) and get the same answers.
 * ``nvidia-smi``, which SGLang runs for the memory size (0.5.11
   ``srt/utils/common.py:1599`` from ``get_device_memory_capacity`` at
   ``server_args.py:839``; 0.5.23 ``srt/utils/common.py:806`` from
@@ -109,7 +114,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     if "--" in argv:
         cut = argv.index("--")
         argv, server_argv = argv[:cut], argv[cut + 1:]
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--gpu-mib", type=int, required=True, help="memory.total of each GPU, MiB (nvidia-smi)")
     parser.add_argument("--capability", required=True, help="compute capability, e.g. 8.6 or 12.0")
     parser.add_argument("--gpus", type=int, required=True, help="GPUs the server sees (CUDA_VISIBLE_DEVICES)")
@@ -381,6 +386,7 @@ def main(argv: list[str]) -> int:
         json.dump(answer, out, indent=None if "results" in answer else 1)
         out.write("\n")
     return 0 if all(r.get("ok") for r in answer.get("results", [answer])) else 1
+
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -31,10 +31,12 @@ PARAMS = {
     "mem_fraction_static": ((float, int, type(None)), "--mem-fraction-static"),
     "chunked_prefill_size": ((int, type(None)), "--chunked-prefill-size"),
     "kv_cache_dtype": ((str, type(None)), "--kv-cache-dtype"),
-    "disable_radix_cache": ((bool,), "--disable-radix-cache: no prefix cache; a hybrid linear-attention model then "
-                                      "holds exactly max_running_requests state slots"),
-    "mamba_radix_cache_strategy": ((str, type(None)), "no_buffer or extra_buffer: how the radix cache keeps a hybrid "
-                                                      "model's linear-attention states; null = SGLang's choice"),
+    "disable_radix_cache": (
+        (bool,), "--disable-radix-cache: no prefix cache; a hybrid linear-attention model then holds exactly "
+        "max_running_requests state slots"),
+    "mamba_radix_cache_strategy": (
+        (str, type(None)), "no_buffer or extra_buffer: how the radix cache keeps a hybrid model's linear-attention "
+        "states; null = SGLang's choice"),
     "cuda_graph": ((bool,), "capture CUDA graphs"),
     "cuda_graph_max_bs": ((int, type(None)), "largest batch captured in a CUDA graph"),
     "extra_args": ((list,), "further server flags, as a list of strings"),
