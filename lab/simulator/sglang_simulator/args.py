@@ -91,8 +91,9 @@ def build_parser(release: Release, prog: str, ddtree: bool | None = None) -> arg
             # 0.5.14-0.5.19: a deprecated alias of --mamba-radix-cache-strategy.
             add("--mamba-scheduler-strategy", type=str, dest="mamba_radix_cache_strategy")
     else:
-        add("--mamba-scheduler-strategy", type=str, default="auto", choices=MAMBA_SCHEDULER_STRATEGIES,
-            dest="mamba_radix_cache_strategy")
+        # 0.5.13.post1 adds extra_buffer_lazy (MAMBA_SCHEDULER_STRATEGY_CHOICES)
+        add("--mamba-scheduler-strategy", type=str, default="auto", dest="mamba_radix_cache_strategy",
+            choices=MAMBA_SCHEDULER_STRATEGIES + (["extra_buffer_lazy"] if release.version >= (0, 5, 13) else []))
     add("--max-mamba-cache-size", type=int)
     add("--random-seed", type=int)
     if release.free_form_spec_algorithm:
