@@ -13,19 +13,28 @@ Every poll first looks at the process (a systemd unit's state, main PID and
 restart count, or a plain PID) and its new log lines, so a server that dies,
 restarts, or logs a fatal error and hangs ends the wait within about one poll
 interval, with the cause read from the log.
+
+The server answering must be the watched one: before the http phase passes
+(and the API key is sent) and again before the verdict, the LISTEN socket
+behind the URL must belong to the watched process or a descendant, or to the
+unit's cgroup (``find_listener``); another process there is ``port_taken``.
 """
 
 from __future__ import annotations
 
 import collections
+import ipaddress
 import json
 import os
+import re
 import signal
 import socket
+import struct
 import time
 from http.client import HTTPException
 
 from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
+from ansible.module_utils.six.moves.urllib.parse import urlsplit
 from ansible.module_utils.urls import open_url
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _sglang_log as sglog
@@ -37,6 +46,7 @@ FAILURES = (
     "unit_inactive",
     "unit_restarted",
     "process_exited",
+    "port_taken",
     "hung_after_error",
     "not_listening",
     "not_ready",
@@ -82,6 +92,9 @@ class NoWatcher:
     kind = "none"
     pid = None
     has_log = False
+    # How long a dead server's last lines may take to reach the log after its death
+    # was seen, when no cause shows yet.
+    cause_wait = 0.0
 
     def begin(self) -> Observation:
         return Observation(True)
@@ -104,6 +117,14 @@ class NoWatcher:
     def detection_delay(self) -> float | None:
         return None
 
+    def own_pids(self) -> list[int] | None:
+        """The processes whose sockets count as the server's; None: unknown."""
+        return None
+
+    def belongs(self, pid: int) -> bool:
+        """Whether a process outside own_pids() is still the server's."""
+        return False
+
     def describe(self) -> dict:
         return {"kind": "none"}
 
@@ -114,11 +135,16 @@ class UnitWatcher(NoWatcher):
 
     kind = "unit"
     has_log = True
+    # journald reads service output from a stream: a crash's last lines can be stored
+    # a moment after systemd saw the process die.
+    cause_wait = 6.0
     PROPS = (
         "LoadState", "ActiveState", "SubState", "Result", "MainPID", "NRestarts", "InvocationID",
         "ExecMainCode", "ExecMainStatus", "InactiveExitTimestampMonotonic", "ExecMainStartTimestampMonotonic",
-        "ExecMainExitTimestampMonotonic", "SyslogIdentifier",
+        "ExecMainExitTimestampMonotonic", "SyslogIdentifier", "ControlGroup",
     )
+    CGROUP_ROOTS = ("/sys/fs/cgroup", "/sys/fs/cgroup/systemd", "/sys/fs/cgroup/unified")
+    PROC = "/proc"
 
     def __init__(self, unit: str, run_command) -> None:
         self.unit = unit
@@ -272,6 +298,33 @@ class UnitWatcher(NoWatcher):
             lines.extend(str(message).splitlines() or [""])
         return lines, cursor
 
+    def own_pids(self) -> list[int] | None:
+        """The processes of the unit's control group (cgroup v2, or v1's
+        name=systemd hierarchy), else its main process and descendants."""
+        group = self.props.get("ControlGroup") or ""
+        if group.startswith("/"):
+            for root in self.CGROUP_ROOTS:
+                pids = _cgroup_procs(root + group)
+                if pids is not None:
+                    return pids
+        return descendants(self.pid) if self.pid else []
+
+    def belongs(self, pid: int) -> bool:
+        """Whether /proc/PID/cgroup puts the process in the unit's group."""
+        group = (self.props.get("ControlGroup") or "").rstrip("/")
+        if not group:
+            return False
+        try:
+            with open(f"{self.PROC}/{pid}/cgroup", "r", encoding="utf-8", errors="replace") as handle:
+                rows = handle.read().splitlines()
+        except OSError:
+            return False
+        for row in rows:
+            path = row.split(":", 2)[-1]
+            if path == group or path.startswith(group + "/"):
+                return True
+        return False
+
     def describe(self) -> dict:
         p = self.props
         return {
@@ -292,6 +345,10 @@ class PidWatcher(NoWatcher):
     """A process by PID (servers not under systemd), with an optional log file."""
 
     kind = "pid"
+    # The server writes its log file itself: once it is gone, its lines are there (a
+    # moment more for output that passes through a pipe, e.g. `| tee`). A dead server
+    # whose log names no cause (a SIGTERM) gets its verdict within about a poll.
+    cause_wait = 0.5
 
     def __init__(self, pid: int, log_file: str | None = None) -> None:
         self.pid = pid
@@ -363,8 +420,289 @@ class PidWatcher(NoWatcher):
         self.offset += cut
         return data[:cut].decode("utf-8", "replace").splitlines()
 
+    def own_pids(self) -> list[int] | None:
+        return descendants(self.pid)
+
     def describe(self) -> dict:
         return {"kind": "pid", "pid": self.pid, "state": self.state, "log_file": self.log_file}
+
+
+def _cgroup_procs(directory: str) -> list[int] | None:
+    """Every PID in a cgroup directory and the groups below it; None when the
+    directory is not there."""
+    if not os.path.isfile(os.path.join(directory, "cgroup.procs")):
+        return None
+    pids: list[int] = []
+    for path, _dirs, files in os.walk(directory):
+        if "cgroup.procs" not in files:
+            continue
+        try:
+            with open(os.path.join(path, "cgroup.procs"), "r", encoding="ascii") as handle:
+                pids.extend(int(x) for x in handle.read().split() if x.isdigit())
+        except OSError:
+            continue
+    return pids
+
+
+# -- who listens on the port ----------------------------------------------------
+#
+# A server that cannot bind its port does not always die at once: real SGLang
+# starts its warmup thread before uvicorn binds (0.5.11
+# srt/entrypoints/http_server.py:390-400, the lifespan joins that thread), so
+# when another SGLang already holds the port, uvicorn's "[Errno 98] ... address
+# already in use" is followed by a warmup that succeeds against the other
+# server, "The server is fired up and ready to roll!" (http_server.py:2032) and
+# exit status 3. HTTP alone cannot tell the two servers apart: before the gate
+# sends the API key or passes the http phase, the LISTEN socket that the URL's
+# host:port reaches must be held by the watched process (or a descendant) or,
+# for a unit, by a process of the unit's cgroup.
+
+_TCP_LISTEN = "0A"
+
+
+class Listener:
+    """One look at who holds the LISTEN socket behind the gate's URL.
+
+    ``state``: ``owned`` (the watched server's), ``foreign`` (another
+    process's), ``absent`` (nothing listens there), ``unverified`` (ownership
+    cannot be established: ``detail`` says why)."""
+
+    def __init__(self, state: str, detail: str = "", address: str | None = None, pid: int | None = None,
+                 cmdline: str | None = None, uid: int | None = None) -> None:
+        self.state, self.detail, self.address = state, detail, address
+        self.pid, self.cmdline, self.uid = pid, cmdline, uid
+
+    def describe(self) -> dict:
+        return {"verified": self.state in ("owned", "foreign", "absent"), "state": self.state,
+                "address": self.address, "pid": self.pid, "cmdline": self.cmdline, "uid": self.uid,
+                "detail": self.detail or None}
+
+
+def _url_endpoint(url: str) -> tuple[str, int]:
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return parts.hostname or "", port
+
+
+def _is_local(ip: str) -> bool:
+    """Whether ``ip`` is an address of this host (loopback, wildcard, or one
+    the kernel lets this process bind)."""
+    addr = ipaddress.ip_address(ip)
+    if addr.is_loopback or addr.is_unspecified:
+        return True
+    family = socket.AF_INET6 if addr.version == 6 else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((ip, 0))
+        return True
+    except OSError:
+        return False
+
+
+def _hex_ip(text: str) -> str:
+    """An address as /proc/net/tcp{,6} prints it: 32-bit words in host order."""
+    raw = b"".join(struct.pack("=I", int(text[i:i + 8], 16)) for i in range(0, len(text), 8))
+    return socket.inet_ntop(socket.AF_INET6 if len(raw) == 16 else socket.AF_INET, raw)
+
+
+def read_listeners(proc: str = "/proc") -> list[tuple[str, int, int, int]]:
+    """(ip, port, inode, uid) of every TCP LISTEN socket in this network
+    namespace. OSError when neither table can be read."""
+    found, readable = [], False
+    for name in ("tcp", "tcp6"):
+        try:
+            with open(f"{proc}/net/{name}", "r", encoding="ascii", errors="replace") as handle:
+                rows = handle.read().splitlines()[1:]
+        except OSError:
+            continue
+        readable = True
+        for row in rows:
+            cols = row.split()
+            if len(cols) < 10 or cols[3] != _TCP_LISTEN:
+                continue
+            local, _sep, port = cols[1].partition(":")
+            try:
+                found.append((_hex_ip(local), int(port, 16), int(cols[9]), int(cols[7])))
+            except (ValueError, OSError, struct.error):
+                continue
+    if not readable:
+        raise OSError(f"cannot read {proc}/net/tcp or {proc}/net/tcp6")
+    return found
+
+
+def _accepting(listeners: list[tuple[str, int, int, int]], ip: str, port: int) -> list[tuple[str, int, int, int]]:
+    """The listeners a connection to ip:port reaches: the ones bound to that
+    address if any (the kernel prefers them), else the wildcard ones. An IPv6
+    wildcard socket takes IPv4 connections too unless it is IPv6-only, which
+    /proc does not show: it is counted (a possible impostor is still one)."""
+    addr = ipaddress.ip_address(ip)
+    exact, wild = [], []
+    for entry in listeners:
+        if entry[1] != port:
+            continue
+        bound = ipaddress.ip_address(entry[0])
+        mapped = bound.ipv4_mapped if bound.version == 6 else None
+        if bound == addr or (mapped is not None and mapped == addr):
+            exact.append(entry)
+        elif bound.is_unspecified and (bound.version == 6 or addr.version == 4):
+            wild.append(entry)
+    return exact or wild
+
+
+def _pid_dirs(proc: str = "/proc") -> list[int]:
+    try:
+        return [int(name) for name in os.listdir(proc) if name.isdigit()]
+    except OSError:
+        return []
+
+
+def descendants(pid: int, proc: str = "/proc") -> list[int]:
+    """``pid`` and every process below it, from each process's parent PID."""
+    parents: dict[int, list[int]] = {}
+    for child in _pid_dirs(proc):
+        try:
+            with open(f"{proc}/{child}/stat", "r", encoding="utf-8", errors="replace") as handle:
+                data = handle.read()
+            ppid = int(data[data.rfind(")") + 2:].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        parents.setdefault(ppid, []).append(child)
+    tree, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        if current in tree:
+            continue
+        tree.append(current)
+        todo.extend(parents.get(current, []))
+    return tree
+
+
+def _socket_inodes(pid: int, proc: str = "/proc") -> set[int]:
+    """The socket inodes among a process's open files. PermissionError when
+    its fd table cannot be read (another user's process, the gate not root);
+    FileNotFoundError when the process is gone."""
+    inodes = set()
+    base = f"{proc}/{pid}/fd"
+    for fd in os.listdir(base):
+        try:
+            target = os.readlink(f"{base}/{fd}")
+        except OSError:
+            continue  # closed meanwhile
+        if target.startswith("socket:["):
+            try:
+                inodes.add(int(target[8:-1]))
+            except ValueError:
+                continue
+    return inodes
+
+
+# Flags whose value is a secret (SGLang's --api-key and --admin-api-key, and the like):
+# a process's command line goes into the verdict, which Ansible prints and records.
+_SECRET_FLAG = re.compile(r"^--?([\w]+[-_])*(key|token|secret|password|passwd)([-_][\w]+)*$", re.IGNORECASE)
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """argv with the values of secret-looking flags replaced by ********."""
+    out: list[str] = []
+    hide = False
+    for arg in argv:
+        if hide:
+            out.append("********")
+            hide = False
+            continue
+        flag, eq, _value = arg.partition("=")
+        if _SECRET_FLAG.match(flag):
+            if eq:
+                out.append(f"{flag}=********")
+            else:
+                out.append(arg)
+                hide = True
+            continue
+        out.append(arg)
+    return out
+
+
+def cmdline(pid: int, proc: str = "/proc") -> str | None:
+    """A process's command line (secret flag values masked), or None."""
+    try:
+        with open(f"{proc}/{pid}/cmdline", "rb") as handle:
+            raw = handle.read()
+    except OSError:
+        return None
+    argv = raw.decode("utf-8", "replace").split("\0")  # argv, NUL-separated
+    text = " ".join(redact_argv([a for a in argv if a])).strip()
+    if not text:
+        try:
+            with open(f"{proc}/{pid}/comm", "r", encoding="utf-8", errors="replace") as handle:
+                text = f"[{handle.read().strip()}]"
+        except OSError:
+            return None
+    return text if len(text) <= 1000 else text[:1000] + " ..."
+
+
+def find_listener(url: str, watcher, proc: str = "/proc") -> Listener:
+    """Who holds the LISTEN socket that a connection to ``url`` reaches,
+    judged against the watcher's processes (``own_pids`` / ``belongs``)."""
+    host, port = _url_endpoint(url)
+    try:
+        infos = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        return Listener("unverified", f"cannot resolve {host}: {exc}")
+    ips = []
+    for info in infos:
+        ip = info[4][0].split("%", 1)[0]
+        if ip not in ips:
+            ips.append(ip)
+    if not ips or not all(_is_local(ip) for ip in ips):
+        return Listener("unverified", f"{host} is not an address of this host: who listens there cannot be checked")
+    own = watcher.own_pids()
+    if own is None:
+        return Listener("unverified", "no unit or pid is watched: who listens cannot be checked")
+    try:
+        listeners = read_listeners(proc)
+    except OSError as exc:
+        return Listener("unverified", str(exc))
+    for ip in ips:  # in the order a client tries them (socket.create_connection)
+        reached = _accepting(listeners, ip, port)
+        if not reached:
+            continue
+        shown = f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+        wanted = {entry[2] for entry in reached}
+        held: dict[int, int] = {}
+        for pid in own:
+            try:
+                for inode in _socket_inodes(pid, proc) & wanted:
+                    held[inode] = pid
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                return Listener("unverified", f"cannot read the open files of the server's process {pid} ({exc.strerror}): "
+                                "the gate needs root to check who listens", shown)
+        missing = [entry for entry in reached if entry[2] not in held]
+        if not missing:
+            pid = held[reached[0][2]]
+            return Listener("owned", f"pid {pid} listens on {shown}", shown, pid, cmdline(pid, proc), reached[0][3])
+        # someone else's: name it (its fd table may be unreadable for a non-root gate)
+        inode, uid = missing[0][2], missing[0][3]
+        for pid in _pid_dirs(proc):
+            if pid in own:
+                continue
+            try:
+                if inode not in _socket_inodes(pid, proc):
+                    continue
+            except OSError:
+                continue
+            if watcher.belongs(pid):
+                held[inode] = pid
+                break
+            line = cmdline(pid, proc)
+            return Listener("foreign", f"pid {pid} ({_clip(line or '?', 200)}) listens on {shown}", shown, pid, line, uid)
+        else:
+            return Listener("foreign", f"a process of uid {uid} that is not the server listens on {shown} "
+                            "(its PID is not visible here)", shown, None, None, uid)
+        pid = held[reached[0][2]]
+        return Listener("owned", f"pid {pid} listens on {shown}", shown, pid, cmdline(pid, proc), reached[0][3])
+    return Listener("absent", f"nothing listens on {host}:{port}", f"{host}:{port}")
 
 
 # -- HTTP ---------------------------------------------------------------------
@@ -389,13 +727,16 @@ class Client:
         self.validate_certs = validate_certs
         self.request_timeout = request_timeout
 
-    def call(self, method: str, path: str, body: dict | None = None, timeout: float | None = None) -> Response:
+    def call(self, method: str, path: str, body: dict | None = None, timeout: float | None = None,
+             auth: bool = True) -> Response:
+        """One request; ``auth=False`` leaves the API key out (a server not yet
+        proven to be the watched one)."""
         headers = {"Accept": "application/json"}
         data = None
         if body is not None:
             data = json.dumps(body).encode("utf-8")
             headers["Content-Type"] = "application/json"
-        if self.api_key:
+        if self.api_key and auth:
             headers["Authorization"] = f"Bearer {self.api_key}"
         started = time.monotonic()
         limit = max(0.1, min(self.request_timeout, timeout if timeout is not None else self.request_timeout))
@@ -444,8 +785,11 @@ def _classify_network(reason: object) -> tuple[str, str]:
 class Gate:
     def __init__(self, client: Client, watcher, timeout: float, interval: float = 1.0, model: str | None = None,
                  prompt: str = "The capital city of France is", max_tokens: int = 16, endpoint: str = "generate",
-                 generations: int = 1, settle: float = 3.0, error_grace: float = 15.0, progress=None) -> None:
+                 generations: int = 1, settle: float = 3.0, error_grace: float = 15.0, progress=None,
+                 check_listener: bool = True) -> None:
         self.client, self.watcher = client, watcher
+        self.check_listener = check_listener
+        self.listener: Listener | None = None
         self.timeout, self.interval = timeout, interval
         self.model, self.prompt, self.max_tokens, self.endpoint = model, prompt, max_tokens, endpoint
         self.generations_wanted, self.settle, self.error_grace = generations, settle, error_grace
@@ -523,12 +867,32 @@ class Gate:
     def _remaining(self, deadline: float) -> float:
         return max(0.1, deadline - time.monotonic())
 
+    def _whose_port(self) -> Listener:
+        """Who listens on the URL's host:port; port_taken when it is not the
+        watched server. Said once in the timeline when it cannot be checked."""
+        if not self.check_listener:
+            seen = Listener("unverified", "check_listener is off")
+        else:
+            seen = find_listener(self.client.url, self.watcher)
+        if seen.state == "unverified" and (self.listener is None or self.listener.state != "unverified"):
+            self._event(f"who listens is not checked: {seen.detail}")
+        self.listener = seen
+        if seen.state == "foreign":
+            raise GateFailure("port_taken", f"another process answers on {seen.address}: {seen.detail}")
+        return seen
+
     def _step(self, deadline: float) -> bool:
         """One poll of the current phase; True when the server is proven ready."""
         if self.phase in ("http", "models"):
-            resp = self.last = self.client.call("GET", "/v1/models", timeout=self._remaining(deadline))
+            # The API key goes only to a listener proven to be the server's own
+            # (or, where that cannot be checked, as before): the check comes first.
+            seen = self._whose_port() if self.phase == "http" else self.listener
+            owned = seen is None or seen.state in ("owned", "unverified")
+            resp = self.last = self.client.call("GET", "/v1/models", timeout=self._remaining(deadline), auth=owned)
             if resp.kind in ("refused", "timeout", "dropped", "error"):
                 return False
+            if not owned:
+                return False  # it began listening just now: whose it is, is checked on the next poll
             if self.phase == "http":
                 self._pass("http", f"HTTP answers ({resp.describe() if resp.kind != 'ok' else resp.status})")
             self._auth(resp, "/v1/models")
@@ -554,6 +918,7 @@ class Gate:
                 return False
             self.phases["settled"] = self.elapsed()
             self._event(f"same process after {self.settle:g} s")
+            self._whose_port()  # still the server's own socket behind the URL
             return True
         return False
 
@@ -613,9 +978,10 @@ class Gate:
             # A crash's last lines can reach the journal a moment after systemd
             # saw the process die (journald reads service output from a stream):
             # sync the journal, then, when the process is gone, read again for up
-            # to 6 s until a cause shows; failing that, read this run's whole log.
+            # to the watcher's cause_wait (6 s for a journal, 0.5 s for a log file)
+            # until a cause shows; failing that, read this run's whole log.
             self.watcher.sync()
-            until = time.monotonic() + (6.0 if failure.failure in _DEAD_PROCESS else 0.0)
+            until = time.monotonic() + (self.watcher.cause_wait if failure.failure in _DEAD_PROCESS else 0.0)
             self._read_log()
             found = sglog.classify(list(self.lines))
             while not found and time.monotonic() < until:
@@ -648,6 +1014,7 @@ class Gate:
             "generation": self.generations[-1] if self.generations else None,
             "generations": self.generations,
             "process": self.watcher.describe(),
+            "listener": self.listener.describe() if self.listener else None,
             "last_log_line": sglog.last_meaningful(lines),
             "last_response": self.last.describe() if self.last else None,
             "detail": failure.detail if failure else None,
@@ -743,6 +1110,11 @@ def message(r: dict, url: str, timeout: float) -> str:
         return f"{who} is not running{state}: it was stopped or never started{last}"
     if failure == "process_exited":
         return f"{who} exited{after} while {r['phase']} was being checked{state}{why}"
+    if failure == "port_taken":
+        listener = r.get("listener") or {}
+        return (f"{url} is answered by another process, not by {who}: {listener.get('detail') or r['detail']}; "
+                "nothing was sent to it with the API key. Stop that process (an old server still running?) or "
+                "give this server another port")
     if failure == "hung_after_error":
         return (f"{who} is alive but stuck{after}: SGLang logged a fatal start-up error and never served "
                 f"(with several GPUs the other ranks wait for the failed one forever){why}")

@@ -13,7 +13,13 @@ from __future__ import annotations
 
 import re
 
-# cause id -> (patterns, what happened, what to try)
+# A traceback frame of SGLang's argument resolution (ServerArgs, 0.5.20+ arg groups,
+# the ModelConfig built from them): the context of a refusal before any process starts.
+_SERVER_ARGS_FRAME = r'File "[^"]*sglang/srt/(server_args\.py|arg_groups/\w+\.py|configs/model_config\.py)"'
+
+# cause id -> (patterns, what happened, what to try). A pattern is a regular
+# expression, or (expression, context): the line must match the expression and
+# one of the 15 lines before it the context.
 _CAUSES = (
     (
         "kv_pool_too_small",
@@ -106,8 +112,29 @@ _CAUSES = (
         "Lower context_length to the model's max_position_embeddings",
     ),
     (
+        # 0.5.10.post1-0.5.13.post1 refuse speculative decoding on hybrid linear-attention
+        # models with radix cache on: 0.5.11 srt/server_args.py:2452-2456
+        # ("ValueError: Speculative decoding for {model_arch} is not compatible with radix
+        # cache when using --mamba-scheduler-strategy no_buffer.To use radix cache ...").
+        "radix_cache_speculative",
+        (r"is not compatible with radix cache when using --mamba-scheduler-strategy",),
+        "SGLang refuses speculative decoding on this hybrid linear-attention model while radix cache is on",
+        "Add --disable-radix-cache, or on 0.5.10-0.5.19 --mamba-scheduler-strategy extra_buffer "
+        "(--mamba-radix-cache-strategy from 0.5.14)",
+    ),
+    (
         "invalid_argument",
-        (r"ValueError: mem_fraction_static must be", r"requires setting --speculative-draft-model-path"),
+        (
+            r"ValueError: mem_fraction_static must be",
+            r"requires setting --speculative-draft-model-path",
+            # Any ValueError or AssertionError raised while SGLang resolves its arguments,
+            # before a process starts: ServerArgs.__post_init__ and check_server_args
+            # (0.5.11 srt/server_args.py, e.g. :1042-1050 "SGLANG_GRPC_PORT (70613) must be
+            # between 1 and 65535", :6805-6809 "served_model_name cannot contain a colon"),
+            # 0.5.20+ srt/arg_groups/*.py (0.5.23 serving_hook.py:382-386,
+            # validation_hook.py:216), or ModelConfig built from them (configs/model_config.py).
+            (r"^(ValueError|AssertionError): \S", _SERVER_ARGS_FRAME),
+        ),
         "SGLang rejected a parameter value",
         "Fix the parameter named in the evidence",
     ),
@@ -117,11 +144,46 @@ _CAUSES = (
         "its own warmup request failed",
         "Check NO_PROXY for the local warmup request and the evidence lines",
     ),
+    (
+        # 0.5.11/0.5.23 srt/utils/watchdog.py:153-156, f"{self.debug_name} watchdog timeout
+        # ({self.watchdog_timeout=}, {self.soft=})"; debug_name "Scheduler"
+        # (0.5.11 managers/scheduler_runtime_checker_mixin.py:581). Then SIGQUIT to the parent.
+        "watchdog_timeout",
+        (r"\w+ watchdog timeout \(self\.watchdog_timeout=",),
+        "a forward batch ran longer than --watchdog-timeout and SGLang killed itself (a stuck kernel or collective)",
+        "Look for a GPU or NCCL fault on the host (dmesg, nvidia-smi); raise --watchdog-timeout only for a known slow batch",
+    ),
+    (
+        # A subprocess that died without raising (SIGKILL: the host's OOM killer, an operator):
+        # during start-up, 0.5.11 srt/entrypoints/engine.py:1216-1224 (0.5.23 :2002-2010)
+        # "RuntimeError: Rank 0 scheduler died during initialization (exit code: -9). ...";
+        # after it, the parent's SubprocessWatchdog, 0.5.11/0.5.23 srt/utils/watchdog.py:215-220
+        # "Subprocess scheduler_0 (pid=12483) crashed with exit code -9. Triggering SIGQUIT for
+        # cleanup...", then the parent kills the whole tree.
+        "subprocess_died",
+        (
+            r"Rank \d+ scheduler died during initialization \(exit code: ",
+            r"Subprocess \S+ \(pid=\d+\) crashed with exit code ",
+        ),
+        "an SGLang subprocess (scheduler or detokenizer) died without an error of its own, "
+        "and SGLang stopped its whole process tree",
+        "Exit code -9 is SIGKILL: check the host's OOM killer (dmesg -T | grep -i oom) and its memory, or who killed it; "
+        "-15 is SIGTERM (a stop sent to every process of the server); another code points at a crash in the lines before",
+    ),
 )
 
 CAUSES = tuple(c[0] for c in _CAUSES) + ("unknown",)
-_COMPILED = tuple((cid, tuple(re.compile(x) for x in p), what, advice) for cid, p, what, advice in _CAUSES)
-_DRAFT_FRAME = re.compile(r"speculative/\w+_worker\.py|draft_model|DraftModel")
+_CONTEXT_LINES = 15
+
+
+def _compile(pattern) -> tuple:
+    if isinstance(pattern, tuple):
+        return re.compile(pattern[0]), re.compile(pattern[1])
+    return re.compile(pattern), None
+
+
+_COMPILED = tuple((cid, tuple(_compile(x) for x in p), what, advice) for cid, p, what, advice in _CAUSES)
+_DRAFT_FRAME = re.compile(r"speculative/\w+_worker(_v2)?\.py|draft_model|DraftModel")
 
 # Lines that mean a server that is still starting will not get further by
 # itself; with several ranks the others may wait for the failed one forever.
@@ -142,9 +204,10 @@ def classify(lines: list[str]) -> dict | None:
     Within a cause the first pattern is the most telling line (the OSError
     that names the library, not the ctypes frame above it)."""
     for cid, patterns, what, advice in _COMPILED:
-        for pattern in patterns:
+        for pattern, context in patterns:
             for index, line in enumerate(lines):
-                if pattern.search(line):
+                if pattern.search(strip_stamp(line) if context else line) and (
+                        context is None or any(context.search(x) for x in lines[max(0, index - _CONTEXT_LINES):index])):
                     if cid == "cuda_oom" and any(_DRAFT_FRAME.search(x) for x in lines[max(0, index - 12):index]):
                         what += " while loading the draft model"
                     return {
@@ -159,7 +222,7 @@ def classify(lines: list[str]) -> dict | None:
 
 def fatal_line(lines: list[str]) -> int | None:
     """Index of the first line showing that start-up cannot complete, or None."""
-    fatal = [p for c in _COMPILED if c[0] in FATAL_WHILE_STARTING for p in c[1]]
+    fatal = [p for c in _COMPILED if c[0] in FATAL_WHILE_STARTING for p, _context in c[1]]
     for index, line in enumerate(lines):
         if _FATAL_GENERIC.search(line) or any(p.search(line) for p in fatal):
             return index

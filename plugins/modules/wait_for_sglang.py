@@ -23,10 +23,22 @@ description:
     A server that logs a fatal start-up error (out of memory, pool sizing, CUDA graph capture, NCCL) but
     stays alive without serving, as multi-GPU SGLang does when one rank fails, is failed after O(error_grace) seconds.
   - Requests go straight to O(url), never through a proxy from the environment.
+  - 'The server answering must be the watched one. Before the C(http) phase passes, before the API key is sent,
+    and again before the verdict, the gate finds the TCP LISTEN socket that O(url)''s host and port reach (from
+    C(/proc/net/tcp) and C(/proc/net/tcp6)) and the process holding it (the C(socket:[inode]) link in C(/proc/PID/fd)).
+    It must be the watched PID or one of its descendants, or, with O(unit), a process of the unit''s control group
+    (systemd''s C(ControlGroup), C(cgroup.procs), C(/proc/PID/cgroup)). Otherwise the wait fails at once with
+    C(port_taken), naming the other process: real SGLang whose port is taken does not die at once, its warmup
+    succeeds against whatever answers there, it logs "The server is fired up and ready to roll!" and only then exits 3.
+    While nothing listens, requests go without the API key. Where ownership cannot be established (O(url) is not an
+    address of this host, no O(unit) or O(pid) is given, C(/proc) cannot be read, or the gate is not root and the
+    server runs as another user) RV(listener) says why and the gate goes on as without the check; O(check_listener)
+    turns the check off.'
   - 'The verdict is returned as data (see RETURN). I(failure) is one of: C(unit_missing) (the unit is not installed),
     C(unit_failed) (the unit entered the failed state, or stopped with an error result), C(unit_inactive) (stopped or
     never started), C(unit_restarted) (NRestarts grew, the main PID changed, or systemd is about to restart it),
-    C(process_exited) (the watched PID is gone), C(hung_after_error) (a fatal start-up error was logged and the process
+    C(process_exited) (the watched PID is gone), C(port_taken) (another process, named in RV(detail) and
+    RV(listener), listens on O(url)''s port; nothing was sent to it), C(hung_after_error) (a fatal start-up error was logged and the process
     stayed alive without serving), C(not_listening) (nothing answered HTTP before O(timeout)), C(not_ready) (HTTP
     answered but C(/v1/models) or C(/health) never became ready), C(unauthorized) (HTTP 401/403: the API key is wrong
     or missing), C(generation_error) (a real generation failed: HTTP error or dropped connection),
@@ -37,8 +49,13 @@ description:
     "cannot open shared object file", "Could not load any common_ops library"), C(gpu_lost) ("CUDA-capable device(s) is/are
     busy or unavailable", "GPU is lost"), C(gpu_count) ("invalid device ordinal"), C(cuda_oom) ("CUDA out of memory"),
     C(nccl_error), C(address_in_use) ("[Errno 98]"), C(bad_flag) (argparse rejected a removed, renamed or unknown flag),
-    C(model_path) (missing model directory or config.json), C(context_length), C(invalid_argument), C(warmup_failed),
-    or C(unknown) when the log of a failed process names none of these.'
+    C(model_path) (missing model directory or config.json), C(context_length) (longer than the model''s own),
+    C(radix_cache_speculative) ("Speculative decoding for ... is not compatible with radix cache", 0.5.10.post1 to 0.5.13.post1
+    on hybrid linear-attention models), C(invalid_argument) (a C(ValueError) or C(AssertionError) from SGLang''s argument
+    resolution, e.g. "SGLANG_GRPC_PORT (70613) must be between 1 and 65535" for a port above 55535 on 0.5.11),
+    C(warmup_failed), C(watchdog_timeout) ("Scheduler watchdog timeout"), C(subprocess_died) ("Rank 0 scheduler died
+    during initialization (exit code: -9)", "Subprocess scheduler_0 (pid=...) crashed with exit code -9": a subprocess
+    killed, typically by the host''s OOM killer), or C(unknown) when the log of a failed process names none of these.'
   - The progress (each phase reached, fatal log lines) is written to the target's syslog/journal while the module
     runs (C(journalctl -t ansible-inferops.sglang.wait_for_sglang -f)) and returned in RV(timeline) and RV(last_log_line).
 author:
@@ -59,6 +76,13 @@ options:
     type: str
   validate_certs:
     description: Verify the server's TLS certificate for C(https) URLs.
+    type: bool
+    default: true
+  check_listener:
+    description:
+      - Check that the process listening on O(url)'s port is the watched server (see the description) before the API
+        key is sent and before the verdict, and fail with C(port_taken) when it is another process.
+      - Set to V(false) only when O(url) is a local proxy in front of the server, which listens in its own process.
     type: bool
     default: true
   unit:
@@ -239,6 +263,16 @@ generations:
   returned: always
   type: list
   elements: dict
+listener:
+  description:
+    - Who listens on O(url)'s host and port, as last checked. C(state) is C(owned) (the watched server's process C(pid)),
+      C(foreign) (another process, with its C(pid), C(cmdline) and C(uid)), C(absent) (nothing listened) or C(unverified)
+      (C(verified) is false and C(detail) says why ownership could not be established).
+  returned: always
+  type: dict
+  sample: {"verified": true, "state": "foreign", "address": "127.0.0.1:30000", "pid": 81234, "uid": 998,
+           "cmdline": "/opt/sglang/venv/bin/python -m sglang.launch_server --port 30000 ...",
+           "detail": "pid 81234 (/opt/sglang/venv/bin/python -m sglang.launch_server ...) listens on 127.0.0.1:30000"}
 process:
   description: What was watched and its last state (unit, active_state, sub_state, result, main_pid, restarts, exit; or pid, state).
   returned: always
@@ -292,6 +326,7 @@ def main() -> None:
             url=dict(type="str", default="http://127.0.0.1:30000"),
             api_key=dict(type="str", no_log=True),
             validate_certs=dict(type="bool", default=True),
+            check_listener=dict(type="bool", default=True),
             unit=dict(type="str"),
             pid=dict(type="int"),
             log_file=dict(type="path"),
@@ -335,7 +370,7 @@ def main() -> None:
     gate = readiness.Gate(
         client, watcher, timeout=p["timeout"], interval=p["interval"], model=p["model"], prompt=p["prompt"],
         max_tokens=p["max_tokens"], endpoint=p["endpoint"], generations=p["generations"], settle=p["settle"],
-        error_grace=p["error_grace"], progress=module.log,
+        error_grace=p["error_grace"], progress=module.log, check_listener=p["check_listener"],
     )
     result = gate.run()
     if result["ready"]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -71,3 +72,27 @@ def test_not_ready_fails_the_task_with_the_verdict(capsys, server):
     assert rc == 1 and result["failed"] is True and result["ready"] is False
     assert result["failure"] == "unauthorized"
     assert result["msg"].startswith(f"http://127.0.0.1:{port} refused the request")
+
+
+def test_another_process_on_the_port_fails_port_taken_and_gets_nothing(capsys, server):
+    """The fake server answers like SGLang, but the watched process is another one (a
+    `sleep`, as in the impostor report): port_taken, and no request reached the listener."""
+    proc, port, log = server
+    deadline = time.monotonic() + 20
+    while "Uvicorn running" not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    watched = subprocess.Popen(["sleep", "30"])
+    try:
+        rc, result, raw = run_module(capsys, url=f"http://127.0.0.1:{port}", api_key="s3cret-key", pid=watched.pid, timeout=30)
+        assert rc == 1 and result["failure"] == "port_taken", result["msg"]
+        assert result["listener"]["pid"] == proc.pid and result["listener"]["state"] == "foreign"
+        assert f"is answered by another process, not by process {watched.pid}" in result["msg"]
+        assert "HTTP/1.1" not in log.read_text()  # not one request
+        assert "s3cret-key" not in raw
+        # check_listener=false is the documented way out (a local proxy in front of the server)
+        rc, result, raw = run_module(capsys, url=f"http://127.0.0.1:{port}", api_key="s3cret-key", pid=watched.pid,
+                                     timeout=30, settle=0.2, interval=0.2, check_listener=False)
+        assert rc == 0 and result["ready"] is True and result["listener"]["state"] == "unverified"
+    finally:
+        watched.kill()
+        watched.wait()

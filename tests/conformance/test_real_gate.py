@@ -1,0 +1,373 @@
+"""The readiness gate (plugins/module_utils/_readiness.py) against real SGLang on CPU.
+
+Each case runs the gate as wait_for_sglang does in PID mode: a Gate with a PidWatcher on
+the real server's main process and its log file. The server is real sglang 0.5.11 (the
+pinned release; the ready case on 0.5.23 too) from lab/real/build.sh's cache, started by
+real_sglang.RealServer. One server (``shared``) serves the ready, key, port-taken and
+killed-scheduler cases, so the file runs in a few minutes on 2 cores; it never runs more
+than two real servers at once (only the port-taken case does).
+
+Every figure a case measures (time from the server's death to the verdict, the case's own
+wall time) is printed at the end of the module (``pytest -s`` or ``-rA`` shows it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from real_sglang import RealServer, free_port
+
+from ansible_collections.inferops.sglang.plugins.module_utils import _readiness as r
+
+KEY = "conformance-key-4b1e9c"
+INTERVAL = 0.5
+LOAD_DEADLINE = 300.0  # a real CPU start is 10-45 s here; the deadline only bounds a broken run
+# "within about a poll": the gate notices a dead process at its next poll (INTERVAL) and
+# then classifies the log it already holds; 1.5 s leave room for a loaded 2-core machine.
+POLL_SLACK = INTERVAL + 1.5
+
+FIGURES: dict[str, dict] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def report(request):
+    yield
+    lines = [f"  {case}: " + ", ".join(f"{k}={v}" for k, v in figures.items()) for case, figures in FIGURES.items()]
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None and lines:
+        reporter.write_line("\nreal-SGLang gate figures (s):\n" + "\n".join(lines))
+
+
+def note(case: str, **figures) -> None:
+    FIGURES.setdefault(case, {}).update({k: round(v, 2) if isinstance(v, float) else v for k, v in figures.items()})
+
+
+@pytest.fixture(autouse=True)
+def timed(request):
+    started = time.monotonic()
+    yield
+    note(request.node.name, wall=time.monotonic() - started)
+
+
+def run_gate(server: RealServer, api_key: str | None = KEY, **kw) -> dict:
+    client = r.Client(server.url, api_key, True, kw.pop("request_timeout", 30))
+    watcher = r.PidWatcher(server.proc.pid, str(server.log_path))
+    kw.setdefault("timeout", LOAD_DEADLINE)
+    kw.setdefault("interval", INTERVAL)
+    kw.setdefault("settle", 1.0)
+    return r.Gate(client, watcher, **kw).run()
+
+
+class GateThread(threading.Thread):
+    """The gate running while the test acts on the server; ``done`` is when it returned."""
+
+    def __init__(self, server: RealServer, **kw) -> None:
+        super().__init__(daemon=True)
+        client = r.Client(server.url, kw.pop("api_key", KEY), True, 30)
+        kw.setdefault("timeout", LOAD_DEADLINE)
+        kw.setdefault("interval", INTERVAL)
+        self.gate = r.Gate(client, r.PidWatcher(server.proc.pid, str(server.log_path)), **kw)
+        self.result: dict | None = None
+        self.done: float | None = None
+
+    def run(self) -> None:
+        self.result = self.gate.run()
+        self.done = time.monotonic()
+
+    def wait_phase(self, phase: str, timeout: float = LOAD_DEADLINE) -> None:
+        deadline = time.monotonic() + timeout
+        while self.gate.phase != phase:
+            assert self.is_alive(), f"the gate ended before {phase}: {self.result and self.result['msg']}"
+            assert time.monotonic() < deadline, f"the gate did not reach {phase}"
+            time.sleep(0.05)
+
+
+class ExitClock(threading.Thread):
+    """When the process died: the first look at /proc that shows it a zombie or gone
+    (the test process is its parent and does not reap it meanwhile)."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.at = pid, None
+        self.start()
+
+    def run(self) -> None:
+        while self.at is None:
+            try:
+                with open(f"/proc/{self.pid}/stat", encoding="utf-8", errors="replace") as handle:
+                    data = handle.read()
+                if data[data.rfind(")") + 2:].split()[0] in ("Z", "X"):
+                    self.at = time.monotonic()
+            except OSError:
+                self.at = time.monotonic()
+            time.sleep(0.01)
+
+
+def tree(pid: int) -> dict[int, str]:
+    """The server's processes: pid -> cmdline (real SGLang names its children with
+    setproctitle: ``sglang::scheduler``, ``sglang::detokenizer``)."""
+    return {p: r.cmdline(p) or "" for p in r.descendants(pid)}
+
+
+def scheduler_of(server: RealServer, timeout: float = 120) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = [p for p, line in tree(server.proc.pid).items() if line.startswith("sglang::scheduler")]
+        if found:
+            return found[0]
+        assert server.proc.poll() is None, server.text()[-2000:]
+        time.sleep(0.05)
+    raise AssertionError(f"no sglang::scheduler below {server.proc.pid}: {tree(server.proc.pid)}")
+
+
+def session_left(server: RealServer) -> list[str]:
+    """The processes of the server's session still alive (it was started as a session
+    leader): a parent that dies of a signal before it set up its handlers leaves them."""
+    left = []
+    for pid in r._pid_dirs():
+        try:
+            with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
+                data = handle.read()
+        except OSError:
+            continue
+        fields = data[data.rfind(")") + 2:].split()
+        if int(fields[3]) == server.proc.pid and fields[0] not in ("Z", "X") and pid != server.proc.pid:
+            left.append(r.cmdline(pid) or str(pid))
+    return left
+
+
+def requests_for(server: RealServer, paths: tuple[str, ...]) -> int:
+    """Requests uvicorn logged for these paths ('INFO: 127.0.0.1:N - "GET /v1/models HTTP/1.1" 401')."""
+    return sum(server.text().count(f'"{method} {path} HTTP/1.1"') for path in paths for method in ("GET", "POST"))
+
+
+@pytest.fixture(scope="module")
+def shared(real, tmp_path_factory):
+    """One real 0.5.11 server with an API key, started when the first case needs it: the
+    first gate waits through its real load."""
+    server = RealServer(real, "0.5.11", tmp_path_factory.mktemp("shared") / "shared.log", args=("--api-key", KEY))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def servers(real, tmp_path):
+    """start(release, *args, port=None) -> a RealServer stopped (its whole session) after the test."""
+    started: list[RealServer] = []
+
+    def start(release: str, *args: str, port: int | None = None) -> RealServer:
+        server = RealServer(real, release, tmp_path / f"server-{len(started)}.log", port=port, args=args)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+def assert_ready(result: dict, server: RealServer) -> None:
+    assert result["ready"] is True, result["msg"]
+    assert result["failure"] is None and result["phase"] == "settled"
+    assert list(result["phases"]) == list(r.PHASES)
+    gen = result["generation"]
+    assert gen["completion_tokens"] > 0 and gen["text"].strip(), gen
+    # the listener was checked and is the server's own main process (uvicorn runs in it)
+    assert result["listener"]["state"] == "owned", result["listener"]
+    assert result["listener"]["pid"] in r.descendants(server.proc.pid)
+    assert "sglang.launch_server" in result["listener"]["cmdline"]
+    assert requests_for(server, ("/generate",)) >= 2  # SGLang's own warmup and the gate's
+
+
+# -- 1. ready with a real generation; wrong and missing key -----------------------
+
+def test_ready_with_a_real_generation_0_5_11(shared):
+    started = time.monotonic()
+    result = run_gate(shared)
+    assert_ready(result, shared)
+    # /health was 200 only after warmup: real SGLang logs "The server is fired up and ready
+    # to roll!" when its warmup request returned (0.5.11 srt/entrypoints/http_server.py:2032)
+    assert "The server is fired up and ready to roll!" in shared.text()
+    assert KEY not in json.dumps(result)
+    note("ready 0.5.11", load_to_ready=time.monotonic() - started, http=result["phases"]["http"],
+         health=result["phases"]["health"], tokens=result["generation"]["completion_tokens"])
+
+
+@pytest.mark.parametrize("key", ["wrong-key", None], ids=["wrong key", "missing key"])
+def test_wrong_or_missing_key_is_unauthorized_at_once(shared, key):
+    assert shared.wait_for_line("The server is fired up and ready to roll!", LOAD_DEADLINE)
+    before = requests_for(shared, ("/v1/models",))
+    result = run_gate(shared, api_key=key)
+    assert (result["phase"], result["failure"]) == ("models", "unauthorized"), result["msg"]  # HTTP answered: 401
+    # real SGLang answers 401 on /v1/models without the right bearer token
+    assert "HTTP 401" in result["detail"]
+    assert "API key is wrong or missing" in result["msg"]
+    assert result["elapsed"] < 5, result["elapsed"]
+    assert result["listener"]["state"] == "owned"
+    assert requests_for(shared, ("/v1/models",)) == before + 1  # one request, then the verdict
+    note(f"unauthorized ({key or 'no key'})", verdict=result["elapsed"])
+
+
+# -- 4. the port already held by another real server ------------------------------
+
+def test_a_second_server_on_a_taken_port_is_not_ready(shared, servers):
+    """Server B on server A's port: real B loads, uvicorn fails to bind ([Errno 98]), its
+    warmup thread (started before the bind, 0.5.11 http_server.py:390-400) succeeds
+    against A, it logs "The server is fired up and ready to roll!" and exits 3. The gate
+    on B must say port_taken, naming A, and must not send B's API key to A."""
+    assert shared.wait_for_line("The server is fired up and ready to roll!", LOAD_DEADLINE)
+    gate_paths = ("/v1/models", "/health", "/health_generate", "/generate", "/v1/completions", "/v1/chat/completions")
+    before = requests_for(shared, gate_paths)
+    b = servers("0.5.11", "--api-key", KEY, port=shared.port)
+    started = time.monotonic()
+    result = run_gate(b)
+    verdict = time.monotonic() - started
+    assert result["ready"] is False
+    assert result["failure"] == "port_taken", result["msg"]
+    assert result["listener"]["pid"] == shared.proc.pid
+    assert "sglang.launch_server" in result["listener"]["cmdline"] and f"--port {shared.port}" in result["listener"]["cmdline"]
+    assert f"process {b.proc.pid}" in result["msg"] and f"pid {shared.proc.pid}" in result["msg"]
+    assert verdict < POLL_SLACK, verdict
+    assert requests_for(shared, gate_paths) == before  # the gate sent A nothing, its key least of all
+    # the control: the same gate without the ownership check passes B, against A
+    legacy = run_gate(b, check_listener=False, settle=0.5)
+    assert legacy["ready"] is True, legacy["msg"]
+    assert b.proc.poll() is None and "Uvicorn running" not in b.text()
+    # what real B then does, as real-sglang.md says
+    rc = b.proc.wait(LOAD_DEADLINE)
+    text = b.text()
+    assert "[Errno 98]" in text and "address already in use" in text
+    assert "The server is fired up and ready to roll!" in text
+    assert rc == 3, text[-3000:]
+    assert shared.proc.poll() is None
+    note("port taken", verdict=verdict, b_exit_after=time.monotonic() - started, b_rc=rc)
+
+
+# -- 3. a killed scheduler child, after ready ---------------------------------------
+
+def test_killed_scheduler_after_ready_ends_the_gate_with_the_real_line(shared):
+    """SIGKILL of sglang::scheduler while the gate settles: the parent's SubprocessWatchdog
+    (1 s poll) logs "Subprocess scheduler_0 (pid=N) crashed with exit code -9. Triggering
+    SIGQUIT for cleanup..." (0.5.11 srt/utils/watchdog.py:215-220) and kills the tree."""
+    gate = GateThread(shared, settle=600)  # the settle phase outlasts the test: only the kill ends it
+    gate.start()
+    gate.wait_phase("settled")
+    scheduler = scheduler_of(shared)
+    clock = ExitClock(shared.proc.pid)
+    killed = time.monotonic()
+    os.kill(scheduler, signal.SIGKILL)
+    gate.join(60)
+    assert not gate.is_alive()
+    clock.join(5)
+    result = gate.result
+    assert (result["phase"], result["failure"]) == ("settled", "process_exited"), result["msg"]
+    assert result["cause"] == "subprocess_died", result
+    assert result["cause_line"].startswith(f"Subprocess scheduler_0 (pid={scheduler}) crashed with exit code -9."), result["cause_line"]
+    assert "OOM killer" in result["advice"]
+    assert shared.proc.wait(10) == -signal.SIGKILL  # the tree was killed, its leader too
+    assert clock.at is not None and gate.done - clock.at < POLL_SLACK, (gate.done - clock.at)
+    note("killed scheduler", kill_to_tree_dead=clock.at - killed, tree_dead_to_verdict=gate.done - clock.at,
+         kill_to_verdict=gate.done - killed)
+
+
+# -- 2. variants real SGLang refuses at start -----------------------------------------
+
+def _model_max(real) -> int:
+    return json.loads((Path(real["INFEROPS_REAL_MODEL"]) / "config.json").read_text())["max_position_embeddings"]
+
+
+@pytest.mark.parametrize("case", ["context_length", "served_name", "port"])
+def test_a_refused_variant_ends_the_gate_within_a_poll(real, servers, case):
+    if case == "context_length":
+        # 0.5.11 srt/configs/model_config.py:452-477, raised from ServerArgs.__post_init__
+        limit = _model_max(real)
+        server = servers("0.5.11", "--context-length", str(limit * 2))
+        cause = "context_length"
+        line = (f"ValueError: Warning: User-specified context_length ({limit * 2}) is greater than the derived "
+                f"context_length ({limit}).")
+    elif case == "served_name":
+        # 0.5.11 srt/server_args.py:6804-6809, check_server_args (engine.py:673)
+        server = servers("0.5.11", "--served-model-name", "tiny:v1")
+        cause, line = "invalid_argument", "AssertionError: served_model_name cannot contain a colon (':') character."
+    else:
+        # 0.5.11 srt/server_args.py:1042-1050: the gRPC port is port + 10000, even with gRPC off
+        port = free_port(55536, 60999)
+        server = servers("0.5.11", port=port)
+        cause, line = "invalid_argument", f"ValueError: SGLANG_GRPC_PORT ({port + 10000}) must be between 1 and 65535"
+    clock = ExitClock(server.proc.pid)
+    result = run_gate(server)
+    done = time.monotonic()
+    assert result["failure"] == "process_exited", result["msg"]
+    assert result["cause"] == cause, result
+    assert result["cause_line"].startswith(line), result["cause_line"]
+    assert server.proc.wait(10) == 1
+    assert clock.at is not None and done - clock.at < POLL_SLACK, done - clock.at
+    note(f"refused ({case})", start_to_exit=result["since_start"] or 0.0, exit_to_verdict=done - clock.at)
+
+
+def test_a_scheduler_killed_while_loading_is_named(servers):
+    """The host's OOM killer during start-up, as SIGKILL of the scheduler while it loads:
+    "RuntimeError: Rank 0 scheduler died during initialization (exit code: -9). ..." (0.5.11
+    srt/entrypoints/engine.py:1216-1224), exit status 1."""
+    server = servers("0.5.11")
+    gate = GateThread(server)
+    gate.start()
+    scheduler = scheduler_of(server)
+    clock = ExitClock(server.proc.pid)
+    killed = time.monotonic()
+    os.kill(scheduler, signal.SIGKILL)
+    gate.join(60)
+    result = gate.result
+    assert result is not None and result["failure"] == "process_exited", result
+    assert result["phase"] == "http"
+    assert result["cause"] == "subprocess_died", result
+    assert result["cause_line"].startswith("RuntimeError: Rank 0 scheduler died during initialization (exit code: -9)")
+    assert server.proc.wait(10) == 1
+    assert gate.done - clock.at < POLL_SLACK, gate.done - clock.at
+    note("scheduler killed while loading", kill_to_exit=clock.at - killed, exit_to_verdict=gate.done - clock.at)
+
+
+# -- 5. SIGTERM during the gate ---------------------------------------------------------
+
+@pytest.mark.parametrize("release", ["0.5.11", "0.5.23"])
+def test_sigterm_while_loading_ends_the_gate(servers, release):
+    """A stop while the server loads: the gate ends at its next poll with process_exited,
+    not ready and not a wait to the deadline. The exit status depends on when the signal
+    lands (before SGLang installs its handlers the default action kills with -15; a served
+    0.5.11 ends -9 after draining, real-sglang.md), so it is recorded, not pinned."""
+    server = servers(release)
+    gate = GateThread(server)
+    gate.start()
+    gate.wait_phase("http")
+    scheduler_of(server)  # loading: the scheduler exists, the port is not open yet
+    assert "Uvicorn running" not in server.text()
+    clock = ExitClock(server.proc.pid)
+    sent = time.monotonic()
+    server.proc.send_signal(signal.SIGTERM)
+    gate.join(60)
+    result = gate.result
+    assert result is not None and result["ready"] is False
+    assert (result["phase"], result["failure"]) == ("http", "process_exited"), result["msg"]
+    rc = server.proc.wait(10)
+    assert rc in (-signal.SIGTERM, -signal.SIGKILL, 0), rc
+    assert gate.done - clock.at < POLL_SLACK, gate.done - clock.at
+    # recorded: under systemd the unit's cgroup is killed with it; by hand they linger
+    left = session_left(server)
+    note(f"SIGTERM while loading {release}", term_to_exit=clock.at - sent, exit_to_verdict=gate.done - clock.at, rc=rc,
+         left_behind=",".join(sorted({x.split()[0] for x in left})) or "none")
+
+
+# -- 1b. ready on the newest supported release --------------------------------------------
+
+def test_ready_with_a_real_generation_0_5_23(servers):
+    server = servers("0.5.23", "--api-key", KEY)
+    started = time.monotonic()
+    result = run_gate(server)
+    assert_ready(result, server)
+    note("ready 0.5.23", load_to_ready=time.monotonic() - started, health=result["phases"]["health"])
