@@ -38,13 +38,22 @@ real:
 ## outcome is then checked and each host reported. rollout_canary=2 makes both
 ## hosts the first batch, as in the field story (a plain deploy.yml makes ct129
 ## the canary, and its failure stops the rollout before ct200).
-lab: setup
+## Then the real-SGLang host cpu-real (real SGLang 0.5.11 on CPU under the role's
+## unit, lab/hosts/cpu-real): its CPU variant, a switch to cpu-small, cpu-ngram
+## refused by real SGLang at start (the playbook exits 2) and rolled back to
+## cpu-small, checked from its history by lab/playbooks/real_job.yml.
+lab: setup real
 	lab/labctl up
 	ansible-playbook -i inventories/lab lab/playbooks/field_cases.yml
 	ansible-playbook -i inventories/lab deploy.yml -e variant=nextn
 	ansible-playbook -i inventories/lab deploy.yml -e variant=balanced -e rollout_canary=2 || test $$? -eq 2
 	ansible-playbook -i inventories/lab lab/playbooks/main_job.yml
 	ansible-playbook -i inventories/lab playbooks/inspect.yml
+	lab/labctl up cpu-real
+	ansible-playbook -i inventories/lab lab/playbooks/real_deploy.yml -l real_sglang -e variant=cpu
+	ansible-playbook -i inventories/lab lab/playbooks/real_deploy.yml -l real_sglang -e variant=cpu-small
+	ansible-playbook -i inventories/lab lab/playbooks/real_deploy.yml -l real_sglang -e variant=cpu-ngram || test $$? -eq 2
+	ansible-playbook -i inventories/lab lab/playbooks/real_job.yml
 
 lab-down:
 	lab/labctl down
