@@ -99,5 +99,8 @@ units: $(VENV)/.stamp
 conformance: $(VENV)/.stamp real
 	python -m pytest tests/conformance
 
-molecule: setup
-	INFEROPS_LAB_IMAGE=$$(lab/image/build.sh) molecule test --all
+## molecule/real mounts the real venv, stub and model from INFEROPS_REAL_ROOT.
+molecule: setup real
+	INFEROPS_LAB_IMAGE=$$(lab/image/build.sh) \
+	  INFEROPS_REAL_ROOT=$$(lab/real/build.sh --print | sed -n 's/^INFEROPS_REAL_ROOT=//p') \
+	  molecule test --all
