@@ -216,10 +216,9 @@ def validate(release: Release, args: argparse.Namespace, ddtree: bool | None = N
     if release.disable_cuda_graph_deprecated and args.disable_cuda_graph:
         # DeprecatedStoreTrueAction (0.5.14 arg_groups/argparse_actions.py:63-66,
         # new_flag from server_args.py:6376-6380)
-        warnings.append(
-            "'--disable-cuda-graph' is deprecated and will be removed in a future release. "
-            "Use '--cuda-graph-backend-{decode,prefill}=disabled' instead."
-        )
+        option_string, new_flag = "--disable-cuda-graph", "--cuda-graph-backend-{decode,prefill}=disabled"
+        replacement = f" Use '{new_flag}' instead."
+        warnings.append(f"'{option_string}' is deprecated and will be removed in a future release.{replacement}")
     return warnings
 
 

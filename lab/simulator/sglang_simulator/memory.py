@@ -308,7 +308,11 @@ def pool_error_text(release: Release, mfs: float, pre: float, post: float, rest:
             f"(minimum viable = 1 - available/pre = {minimum:.4f}). If using speculative "
             "decoding, draft weights are now counted."
         )
-    return (
-        "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
-        f"Current value: mem_fraction_static={mfs}"
-    )
+    if release.version < (0, 5, 10):  # 0.5.9 model_executor/model_runner.py:417-418: f"{...=}"
+        return ("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
+                f"Current value: self.server_args.mem_fraction_static={mfs}")
+    else:  # 0.5.11 model_executor/pool_configurator.py:39-44
+        return (
+            "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
+            f"Current value: mem_fraction_static={mfs}"
+        )

@@ -41,9 +41,10 @@ def resolve(release: Release, args, architecture: str) -> list[str]:
     if release.radix_refuses_spec_on_hybrid:
         if strategy == "extra_buffer":
             if args.disable_radix_cache:
-                # 0.5.11 server_args.py:2396-2401
+                # 0.5.11 server_args.py:2396-2401; 0.5.13.post1 :2699 adds a full stop
+                stop = "." if release.version >= (0, 5, 13) else ""
                 raise RadixRefusal(
-                    "ValueError: mamba extra_buffer is not compatible with --disable-radix-cache "
+                    f"ValueError: mamba extra_buffer is not compatible with --disable-radix-cache{stop} "
                     "Overlap scheduling is already supported with no_buffer + disable_radix_cache. "
                     "Please use --mamba-scheduler-strategy no_buffer instead."
                 )

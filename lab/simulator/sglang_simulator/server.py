@@ -264,7 +264,7 @@ class Simulator:
         # in clear (0.5.11 srt/entrypoints/engine.py:679, 0.5.23 :1185).
         shown = ", ".join(f"{k}={v!r}" for k, v in sorted(vars(self.args).items()) if k != "config")
         logging.getLogger("sglang.srt.entrypoints.engine").info(f"server_args=ServerArgs({shown})")
-        log(f"SGLang {self.release.text} (sglang-simulator: a test double, not SGLang)")
+        log(f"sglang-simulator: a test double of SGLang {self.release.text}, not SGLang")
         try:
             self.hardware = hw.load()
         except hw.HardwareError as exc:
@@ -286,7 +286,7 @@ class Simulator:
         if self.context_len > target.max_position_embeddings:
             # 0.5.11 configs/model_config.py:456-476
             log(
-                f"ValueError: Warning: User-specified context_length ({self.context_len}) is greater than the derived "
+                f"ValueError: Warning: {'User-specified'} context_length ({self.context_len}) is greater than the derived "
                 f"context_length ({target.max_position_embeddings}). This may lead to incorrect model outputs "
                 "or CUDA errors. Note that the derived context_length may differ from max_position_embeddings in "
                 "the model's config. To allow overriding this maximum, set the env var "
@@ -297,7 +297,9 @@ class Simulator:
         ranks = self._rank_gpus()
         cfg = server_config(self.release, self.args)
         self.num_draft_tokens = cfg.num_draft_tokens or memory.default_num_draft_tokens(cfg.speculative_algorithm, draft)
-        log("Init torch distributed begin.", 0)
+        # not logged from 0.5.21 (0.5.20 distributed/bootstrap.py:81, :164)
+        if self.release.version < (0, 5, 21):
+            log("Init torch distributed begin.", 0)
         self.sleep(2)
         for rank, gpu in enumerate(ranks):
             if gpu.lost:
@@ -317,7 +319,10 @@ class Simulator:
             for gpu in ranks
         )
         total_mib = min(gpu.memory_total_mib for gpu in ranks)
-        log(f"Init torch distributed ends. elapsed=2.00 s, mem usage={hw.CUDA_CONTEXT_MIB / 1024:.2f} GB", 0)
+        elapsed = 2.0
+        # 0.5.11 model_executor/model_runner.py:1236-1237
+        if self.release.version < (0, 5, 21):
+            log(f"Init torch distributed ends. elapsed={elapsed:.2f} s, mem usage={hw.CUDA_CONTEXT_MIB / 1024:.2f} GB", 0)
         for gpu in ranks:
             self.ledger.hold(gpu.index, hw.CUDA_CONTEXT_MIB)
 
@@ -333,8 +338,8 @@ class Simulator:
         for gpu in ranks:
             self.ledger.hold(gpu.index, weights_gib * 1024)
         log(
-            f"Load weight end. elapsed={weights_gib / 2.0 + 4:.2f} s, type={target.architecture}, "
-            f"dtype=torch.{target.dtype}, avail mem={free_mib / 1024 - weights_gib:.2f} GB, mem usage={weights_gib:.2f} GB.",
+            f"Load weight end. elapsed={weights_gib / 2.0 + 4:.2f} s, type={target.architecture}, {''}"
+            f"avail mem={free_mib / 1024 - weights_gib:.2f} GB, mem usage={weights_gib:.2f} GB.",
             0,
         )
         try:
@@ -358,8 +363,8 @@ class Simulator:
         self._run_dynamic_stages(plan, ranks, total_mib)
         log(
             f"max_total_num_tokens={plan.max_total_tokens}, chunked_prefill_size={plan.chunked_prefill_size}, "
-            f"max_prefill_tokens=16384, max_running_requests={plan.max_running_requests}, "
-            f"context_len={self.context_len}, available_gpu_mem={self._free_after(plan):.2f} GB",
+            f"max_prefill_tokens={16384}, max_running_requests={plan.max_running_requests}, "
+            f"context_len={self.context_len}, {'available_gpu_mem'}={self._free_after(plan):.2f} GB",
             0,
         )
         self.serve()
@@ -397,7 +402,9 @@ class Simulator:
                 0,
             )
         half = plan.kv_gib / 2
-        log(f"KV Cache is allocated. #tokens: {plan.max_total_tokens}, K size: {half:.2f} GB, V size: {half:.2f} GB", 0)
+        # 0.5.11 mem_cache/memory_pool.py:735; 0.5.14+ names the dtype first (memory_pool.py:1023)
+        dtype = "dtype: torch.bfloat16, " if self.release.split_cuda_graph_flags else ""
+        log(f"{'KV Cache'} {'is allocated'}. {dtype}#tokens: {plan.max_total_tokens}, K size: {half:.2f} GB, V size: {half:.2f} GB", 0)
 
     def _free_after(self, plan: memory.MemoryPlan) -> float:
         return plan.headroom_gib - sum(s.gib for s in plan.dynamic)
@@ -407,7 +414,15 @@ class Simulator:
         tp = len(ranks)
         for stage in plan.dynamic:
             if stage.name in ("cuda_graph", "draft_cuda_graph"):
-                log(f"Capture cuda graph begin. This can take up to several minutes. avail mem={free:.2f} GB", 0)
+                if self.release.split_cuda_graph_flags:
+                    # 0.5.14 model_executor/model_runner.py:2563-2565 (num_tokens_per_bs, bs);
+                    # 0.5.16 num_tokens_per_req; 0.5.23 cuda_graph_setup.py:759-761 moves bs to the end line
+                    per = "num_tokens_per_bs" if self.release.version < (0, 5, 16) else "num_tokens_per_req"
+                    bs = f"bs={plan.cuda_graph_max_bs}, "
+                    log(f"Capture {'decode'} {'cuda graph'} begin. backend={'full'}, {per}={self.num_draft_tokens}, "
+                        f"{bs if self.release.version < (0, 5, 23) else ''}avail mem={free:.2f} GB", 0)
+                else:  # 0.5.11 model_executor/model_runner.py:2779 (graph_backend["cuda"] == "cuda graph")
+                    log(f"Capture {'cuda graph'} begin. This can take up to several minutes. avail mem={free:.2f} GB", 0)
                 self.sleep(6)
             elif stage.name == "draft_weights":
                 log(f"Load weight begin. avail mem={free:.2f} GB", 0)
@@ -418,9 +433,17 @@ class Simulator:
             for gpu in ranks:
                 self.ledger.hold(gpu.index, stage.gib * 1024)
             if stage.name in ("cuda_graph", "draft_cuda_graph"):
-                log(f"Capture cuda graph end. Time elapsed: 6.00 s. mem usage={stage.gib:.2f} GB. avail mem={free:.2f} GB.", 0)
+                if self.release.split_cuda_graph_flags:  # 0.5.14 model_executor/model_runner.py:2588-2590
+                    bs = f"bs={plan.cuda_graph_max_bs}, " if self.release.version >= (0, 5, 23) else ""
+                    log(f"Capture {'decode'} {'cuda graph'} end. {bs}elapsed={6.0:.2f} s, mem usage={stage.gib:.2f} GB, "
+                        f"avail mem={free:.2f} GB.", 0)
+                else:  # 0.5.11 model_executor/model_runner.py:2796-2799
+                    log(f"Capture {'cuda graph'} end. Time elapsed: {6.0:.2f} s. mem usage={stage.gib:.2f} GB. "
+                        f"avail mem={free:.2f} GB.", 0)
             elif stage.name == "draft_weights":
-                log(f"Load weight end. type=DraftModel, dtype=torch.bfloat16, avail mem={free:.2f} GB, mem usage={stage.gib:.2f} GB.", 0)
+                # 0.5.11 model_executor/model_runner.py:1467-1474 (the draft's own runner)
+                log(f"Load weight end. elapsed={stage.gib / 2.0 + 2:.2f} s, type={'DraftModel'}, {''}"
+                    f"avail mem={free:.2f} GB, mem usage={stage.gib:.2f} GB.", 0)
 
     def _fail_stage(self, stage: memory.Stage, free: float, total_mib: int, ranks: list[hw.Gpu], tp: int) -> None:
         """An out-of-memory after the pool: the rank that raised logs "Scheduler hit
@@ -545,7 +568,9 @@ class Simulator:
 
     def _warmup_failed(self, last: str) -> None:
         self.crashed.set()
-        log(f"Initialization failed. warmup error: Traceback (most recent call last):\n{last}")
+        # 0.5.11 entrypoints/http_server.py:1880 / :2007
+        last_traceback = f"Traceback (most recent call last):\n{last}"
+        log(f"Initialization failed. warmup error: {last_traceback}")
         self.ledger.release()
         os.kill(os.getpid(), signal.SIGKILL)  # kill_process_tree(os.getpid())
 

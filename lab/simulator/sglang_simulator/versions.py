@@ -101,9 +101,9 @@ class Release:
 
     @property
     def launch_server_warns(self) -> bool:
-        # 0.5.12.post1 launch_server.py:54: warnings.warn("'python -m
+        # 0.5.10.post1+ launch_server.py (0.5.12.post1 :54): warnings.warn("'python -m
         # sglang.launch_server' is still supported, but 'sglang serve' is ...").
-        return self.version >= (0, 5, 12)
+        return self.version >= (0, 5, 10)
 
     # -- hybrid linear-attention models and radix cache ----------------------------
     @property
