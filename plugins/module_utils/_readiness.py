@@ -586,8 +586,14 @@ def _socket_inodes(pid: int, proc: str = "/proc") -> set[int]:
     for fd in os.listdir(base):
         try:
             target = os.readlink(f"{base}/{fd}")
-        except OSError:
+        except FileNotFoundError:
             continue  # closed meanwhile
+        except PermissionError:
+            # The fd table lists but its links do not resolve: root without
+            # CAP_SYS_PTRACE (an unprivileged container) reading another user's process
+            raise
+        except OSError:
+            continue
         if target.startswith("socket:["):
             try:
                 inodes.add(int(target[8:-1]))

@@ -274,6 +274,25 @@ def test_unreadable_fd_tables_are_unverified(procs, monkeypatch):
     assert seen.state == "unverified" and "needs root" in seen.detail
 
 
+
+def test_fd_links_that_do_not_resolve_are_unverified_not_port_taken(procs, monkeypatch):
+    """Root without CAP_SYS_PTRACE (a podman container) lists another user's
+    /proc/PID/fd but readlink answers EACCES: the server's own socket must not
+    then read as someone else's."""
+    port = free_port()
+    parent = procs([sys.executable, "-c", PARENT, *procs.recorder_argv(port)])
+    wait_listening(port)
+    real_readlink = os.readlink
+
+    def readlink(path, *args, **kwargs):
+        if "/fd/" in str(path):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_readlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(r.os, "readlink", readlink)
+    seen = r.find_listener(f"http://127.0.0.1:{port}", r.PidWatcher(parent.pid))
+    assert seen.state == "unverified" and "needs root" in seen.detail
+
 # -- unit mode: the unit's control group ----------------------------------------------------
 
 def unit_watcher(tmp_path, group: str, members: list[int], main_pid: int) -> r.UnitWatcher:
