@@ -308,8 +308,6 @@ def test_every_simulator_flag_choice_and_default_is_the_releases(wheel_path):
             continue
         if action.choices is not None and isinstance(info["choices"], (list, tuple, set)):
             want = list(info["choices"])
-            if opt == "--speculative-algorithm":
-                want = [c for c in want]
             if sorted(action.choices) != sorted(want):
                 problems.append(f"{opt}: choices {sorted(action.choices)} != real {sorted(want)}")
         if action.choices is None and isinstance(info["choices"], (list, tuple)) and opt in MODELLED_CHOICES:

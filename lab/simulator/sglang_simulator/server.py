@@ -263,7 +263,7 @@ class Simulator:
         # As real SGLang: every argument at INFO on the engine's logger, the API key
         # in clear (0.5.11 srt/entrypoints/engine.py:679, 0.5.23 :1185).
         shown = ", ".join(f"{k}={v!r}" for k, v in sorted(vars(self.args).items()) if k != "config")
-        logging.getLogger("sglang.srt.entrypoints.engine").info(f"server_args=ServerArgs({shown})")
+        logging.getLogger("sglang.srt.entrypoints.engine").info("server_args=ServerArgs(%s)", shown)
         log(f"sglang-simulator: a test double of SGLang {self.release.text}, not SGLang")
         try:
             self.hardware = hw.load()
@@ -530,7 +530,7 @@ class Simulator:
         timeout = max(0.2, 5 * self._scale())
         info = None
         last = ""
-        for _ in range(120):
+        for _attempt in range(120):
             self.sleep(1)
             try:
                 status, info = http_json("GET", url + "/model_info", None, headers, timeout)

@@ -274,7 +274,6 @@ def test_unreadable_fd_tables_are_unverified(procs, monkeypatch):
     assert seen.state == "unverified" and "needs root" in seen.detail
 
 
-
 def test_fd_links_that_do_not_resolve_are_unverified_not_port_taken(procs, monkeypatch):
     """Root without CAP_SYS_PTRACE (a podman container) lists another user's
     /proc/PID/fd but readlink answers EACCES: the server's own socket must not
@@ -292,6 +291,7 @@ def test_fd_links_that_do_not_resolve_are_unverified_not_port_taken(procs, monke
     monkeypatch.setattr(r.os, "readlink", readlink)
     seen = r.find_listener(f"http://127.0.0.1:{port}", r.PidWatcher(parent.pid))
     assert seen.state == "unverified" and "needs root" in seen.detail
+
 
 # -- unit mode: the unit's control group ----------------------------------------------------
 
