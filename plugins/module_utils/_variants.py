@@ -159,7 +159,8 @@ def check(params: dict) -> list[str]:
     if not all(isinstance(x, str) for x in params.get("extra_args", [])):
         errors.append("extra_args must be a list of strings")
     if any("--api-key" in x for x in params.get("extra_args", [])):
-        errors.append("extra_args must not carry --api-key: set the API key variable (it goes to a root-only --config file handed to the unit with LoadCredential=)")
+        errors.append("extra_args must not carry --api-key: set the API key variable "
+                      "(it goes to a root-only --config file handed to the unit with LoadCredential=)")
     return errors
 
 
