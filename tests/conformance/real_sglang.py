@@ -38,12 +38,16 @@ def python(real: dict[str, str], release: str) -> str:
     return str(venv(real, release) / "bin" / "python")
 
 
-def environment(real: dict[str, str], **extra: str) -> dict[str, str]:
-    """What a CPU host needs besides the unit's own environment."""
+def environment(real: dict[str, str], cpu: bool = True, **extra: str) -> dict[str, str]:
+    """What real SGLang needs here besides the unit's own environment: the driver
+    stand-in for ``import sgl_kernel``, no hub, no proxy, and (``cpu``) the CPU engine;
+    without it, what a GPU host's argument validation sees."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SGLANG_", "CUDA_"))}
-    env.update(SGLANG_USE_CPU_ENGINE="1", LD_LIBRARY_PATH=real["INFEROPS_REAL_LIBCUDA_DIR"],
+    env.update(LD_LIBRARY_PATH=real["INFEROPS_REAL_LIBCUDA_DIR"],
                NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost", PYTHONUNBUFFERED="1",
                HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    if cpu:
+        env["SGLANG_USE_CPU_ENGINE"] = "1"
     env.update(extra)
     return env
 

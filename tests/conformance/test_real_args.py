@@ -19,7 +19,6 @@ sglang takes most of the time); the four run two at a time.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -28,7 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from real_sglang import REPO, RELEASES, python
+from real_sglang import REPO, RELEASES, environment, python
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _variants
 
@@ -109,15 +108,6 @@ def rendered(host: str, release: str) -> dict[str, list[str]]:
     return out
 
 
-def real_env(real: dict[str, str]) -> dict[str, str]:
-    """A GPU host's environment as far as validation reads it: no CPU engine, the driver stand-in
-    for ``import sgl_kernel``, no hub."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SGLANG_", "CUDA_"))}
-    env.update(LD_LIBRARY_PATH=real["INFEROPS_REAL_LIBCUDA_DIR"], HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               CUDA_DEVICE_ORDER="PCI_BUS_ID")
-    return env
-
-
 @pytest.fixture(scope="session")
 def validated(real) -> dict:
     """(release, host) -> {sglang, speculative_algorithms, results: {case id: answer}, seconds}."""
@@ -127,7 +117,7 @@ def validated(real) -> dict:
         cases = [{"id": name, "argv": argv} for name, argv in rendered(host, release).items()]
         start = time.monotonic()
         proc = subprocess.run([python(real, release), str(HARNESS), *gpu_profile(host), "--cases", "-"],
-                              input=json.dumps(cases), capture_output=True, text=True, env=real_env(real),
+                              input=json.dumps(cases), capture_output=True, text=True, env=environment(real, cpu=False, CUDA_DEVICE_ORDER="PCI_BUS_ID"),
                               cwd=REPO, timeout=600, check=False)
         seconds = time.monotonic() - start
         assert proc.returncode in (0, 1), f"validate_args.py {release} {host} exit {proc.returncode}: {proc.stderr[-3000:]}"
