@@ -26,11 +26,9 @@ requirements:
 
 from ansible.plugins.callback import CallbackBase
 
-OUTCOMES = {
-    "switched": "switched",
-    "rolled_back": "rolled back",
-    "unchanged": "unchanged",
-}
+from ansible_collections.inferops.sglang.plugins.module_utils import _deploy
+
+OUTCOMES = _deploy.OUTCOMES
 
 
 def _short(text: str, width: int = 150) -> str:
@@ -47,30 +45,24 @@ def summary_lines(rollout: dict, records: dict, failures: dict, processed: set) 
     for host in hosts:
         record = records.get(host)
         if record:
-            verdict = record.get("verdict") or {}
-            outcome = OUTCOMES.get(record.get("outcome"), str(record.get("outcome")))
-            if record.get("outcome") == "rolled_back" and not (record.get("rollback") or {}).get("ready"):
-                outcome = "ROLLBACK FAILED"
-            rows.append((host, outcome, str(record.get("running") or "nothing healthy"),
-                         "ready" if verdict.get("ready") else str(verdict.get("failure") or "-"),
-                         str(verdict.get("cause") or "-")))
-            if record.get("outcome") != "switched" and record.get("outcome") != "unchanged":
-                notes.append(f"{host}: {_short(verdict.get('msg'))}")
+            rows.append((host, *_deploy.summary_row(record)))
+            if record.get("outcome") not in _deploy.HEALTHY[:2]:
+                notes.append(f"{host}: {_short((record.get('verdict') or {}).get('msg'))}")
         elif host in failures:
-            rows.append((host, "failed before switching", "unchanged", "-", "-"))
+            rows.append((host, OUTCOMES["failed_before_switching"], "unchanged", "-", "-"))
             notes.append(f"{host}: {_short(failures[host])}")
         elif host in processed:
             rows.append((host, "no record", "?", "-", "-"))
         else:
-            rows.append((host, "not reached", "unchanged", "-", "-"))
+            rows.append((host, OUTCOMES["not_reached"], "unchanged", "-", "-"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     head = f"DEPLOY SUMMARY: variant {rollout.get('variant', '?')}"
     if rollout:
         head += (f", canary {rollout.get('canary')} then batches of {rollout.get('batch')}, "
                  f"stop above {rollout.get('max_fail_percentage')}% failed in a batch")
-    unreached = [row[0] for row in rows[1:] if row[1] == "not reached"]
-    failed = [row[0] for row in rows[1:] if row[1] not in ("switched", "unchanged", "not reached")]
+    unreached = [row[0] for row in rows[1:] if row[1] == OUTCOMES["not_reached"]]
+    failed = [row[0] for row in rows[1:] if row[1] not in (OUTCOMES["switched"], OUTCOMES["unchanged"], OUTCOMES["not_reached"])]
     tail = []
     if unreached:
         tail.append(f"The rollout stopped after {', '.join(failed) or 'a failure'}: {len(unreached)} host(s) not reached "

@@ -713,6 +713,31 @@ def find_listener(url: str, watcher, proc: str = "/proc") -> Listener:
 
 # -- HTTP ---------------------------------------------------------------------
 
+_API_KEY_LINE = re.compile(r"^(?:api-key|api_key)\s*:\s*(.*?)\s*$")
+
+
+def api_key_from_config(path: str) -> str | None:
+    """The ``api-key`` of an SGLang ``--config`` YAML file (SGLang reads its
+    top-level keys as the flags of the same name: 0.5.11
+    srt/server_args.py:7282-7285, prepare_server_args -> ConfigArgumentMerger), or None
+    when it sets none. The role writes the value as a JSON string, which YAML
+    reads the same; a plain or single-quoted scalar is read as YAML would."""
+    with open(path, encoding="utf-8") as handle:
+        lines = handle.read().splitlines()
+    for line in lines:
+        match = _API_KEY_LINE.match(line)
+        if not match:
+            continue
+        value = match.group(1)
+        if value.startswith('"'):
+            return str(json.loads(value))
+        if value.startswith("'") and value.endswith("'") and len(value) >= 2:
+            return value[1:-1].replace("''", "'")
+        value = value.split(" #", 1)[0].strip()
+        return value or None
+    return None
+
+
 class Response:
     def __init__(self, status: int | None = None, body: object = None, error: str | None = None,
                  kind: str = "ok", latency: float = 0.0) -> None:

@@ -74,6 +74,12 @@ options:
     description:
       - The server's API key (SGLang C(--api-key)), sent as a bearer token. Never logged or returned.
     type: str
+  api_key_file:
+    description:
+      - The server's SGLang C(--config) YAML file on the host; its C(api-key) (if any) is the key, read on the host,
+        never returned. When set, O(api_key) is ignored; a file without C(api-key) means the server has no key.
+      - This is how a restored service is gated with its own key when the deploy's key has changed.
+    type: path
   validate_certs:
     description: Verify the server's TLS certificate for C(https) URLs.
     type: bool
@@ -325,6 +331,7 @@ def main() -> None:
         argument_spec=dict(
             url=dict(type="str", default="http://127.0.0.1:30000"),
             api_key=dict(type="str", no_log=True),
+            api_key_file=dict(type="path"),
             validate_certs=dict(type="bool", default=True),
             check_listener=dict(type="bool", default=True),
             unit=dict(type="str"),
@@ -366,7 +373,13 @@ def main() -> None:
         module.exit_json(changed=False, ready=None, phase=None, failure=None, would_wait_for=plan,
                          msg=f"check mode: would wait up to {p['timeout']:g} s for {p['url']} to pass {', '.join(readiness.PHASES)}")
 
-    client = readiness.Client(p["url"], p["api_key"], p["validate_certs"], p["request_timeout"])
+    api_key = p["api_key"]
+    if p["api_key_file"]:
+        try:
+            api_key = readiness.api_key_from_config(p["api_key_file"])
+        except (OSError, ValueError) as exc:
+            module.fail_json(msg=f"api_key_file {p['api_key_file']}: {exc}")
+    client = readiness.Client(p["url"], api_key, p["validate_certs"], p["request_timeout"])
     gate = readiness.Gate(
         client, watcher, timeout=p["timeout"], interval=p["interval"], model=p["model"], prompt=p["prompt"],
         max_tokens=p["max_tokens"], endpoint=p["endpoint"], generations=p["generations"], settle=p["settle"],

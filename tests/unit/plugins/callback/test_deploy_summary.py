@@ -9,7 +9,8 @@ ROLLOUT = {"variant": "balanced", "hosts": ["fleet-01", "fleet-02", "fleet-03", 
 
 
 def record(outcome: str, running: str | None, failure=None, cause=None, rollback_ready=True, msg="") -> dict:
-    return {"outcome": outcome, "running": running, "rollback": {"ready": rollback_ready} if outcome == "rolled_back" else None,
+    return {"outcome": outcome, "running": running,
+            "rollback": {"ready": rollback_ready} if outcome in ("rolled_back", "rollback_failed") else None,
             "verdict": {"ready": outcome == "switched", "failure": failure, "cause": cause, "msg": msg}}
 
 
@@ -36,7 +37,8 @@ def test_every_host_is_listed_with_how_far_the_rollout_went():
 
 
 def test_failed_rollback_and_preflight_refusal_stand_out():
-    records = {"fleet-01": record("rolled_back", None, "unit_failed", "kv_pool_too_small", rollback_ready=False)}
+    # the outcome the role records when the known-good service does not come back
+    records = {"fleet-01": record("rollback_failed", None, "unit_failed", "kv_pool_too_small", rollback_ready=False)}
     failures = {"fleet-02": "variant shadow does not fit in GPU memory (static pool, ...)"}
     lines = summary_lines(ROLLOUT, records, failures, {"fleet-01", "fleet-02"})
     table = rows(lines)

@@ -394,3 +394,18 @@ def test_a_fresh_start_does_not_read_the_previous_crash():
     watcher = r.UnitWatcher("sglang-qwen.service", fake_systemctl([failed], journal))
     result = gate(free_port(), watcher)
     assert result["cause"] != "kv_pool_too_small"
+
+
+def test_api_key_from_the_config_file(tmp_path):
+    """The key of an SGLang --config file as the role writes it (a JSON string), or none."""
+    from ansible_collections.inferops.sglang.plugins.module_utils._readiness import api_key_from_config
+
+    path = tmp_path / "c.yaml"
+    path.write_text('# managed\napi-key: "s3cr\\"et"\n')
+    assert api_key_from_config(str(path)) == 's3cr"et'
+    path.write_text("# managed\n{}\n")
+    assert api_key_from_config(str(path)) is None
+    path.write_text("api-key: 'it''s'\n")
+    assert api_key_from_config(str(path)) == "it's"
+    path.write_text("api-key: plain # comment\n")
+    assert api_key_from_config(str(path)) == "plain"

@@ -1,0 +1,245 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The deploy state machine of the sglang_service role, in one place.
+
+A deploy of one host goes through these states::
+
+    preflight --refused--> failed_before_switching        (nothing changed)
+        |
+    decide --same files, service active, gate ready--> unchanged
+        |
+    marker written, known-good saved, variant stopped, staged files installed, started
+        |
+    gate --ready--> switched
+        |
+    restore plan (known-good copy, else the baseline rendered from the table), started
+        |
+    rollback gate --ready--> rolled_back
+                  --else---> rollback_failed                (every file kept, marker kept)
+
+and ``not_reached`` for a host of the rollout that a stopped rollout never got
+to. The role (through the sglang_deploy_state module) and the deploy_summary
+callback both take the outcomes, the decision, the restore plan, the record and
+its summary from here. Pure: no I/O, everything is passed in.
+"""
+
+from __future__ import annotations
+
+import re
+
+OUTCOMES = {
+    "switched": "switched",
+    "unchanged": "unchanged",
+    "rolled_back": "rolled back",
+    "rollback_failed": "ROLLBACK FAILED",
+    "failed_before_switching": "failed before switching",
+    "not_reached": "not reached",
+}
+# Outcomes a deploy record on the host can carry (the last two are the callback's).
+RECORDED = ("switched", "unchanged", "rolled_back", "rollback_failed")
+# Outcomes after which the host runs what the deploy asked for, or what it ran.
+HEALTHY = ("switched", "unchanged", "rolled_back")
+
+# The record's keys, in order (history.jsonl, set_stats inferops_deploy).
+RECORD_KEYS = ("time", "host", "service", "run_id", "variant", "from", "params", "argv", "sglang_version",
+               "ddtree_build", "memory_plan", "gpu_devices", "repaired_interrupted_run", "lock", "outcome", "running",
+               "verdict", "restore", "rollback", "attempt", "controller_user")
+VERDICT_KEYS = ("ready", "phase", "failure", "cause", "cause_line", "evidence", "elapsed", "since_start", "generation",
+                "msg")
+PLAN_KEYS = ("fits", "binding", "reason", "mem_fraction_static", "mem_fraction_static_range", "max_total_tokens",
+             "full_context_requests", "max_running_requests", "sglang_version")
+DDTREE_KEYS = ("state", "build_id", "source", "sglang_version", "applied_at", "applied_by", "reverted_at", "reverted_by")
+
+
+class DeployStateError(ValueError):
+    """Inputs the state machine cannot decide on."""
+
+
+def differing(names: list[str], staged: list[str | None], installed: list[str | None]) -> list[str]:
+    """The staged files that differ from the installed ones (checksums; None: absent)."""
+    if not len(names) == len(staged) == len(installed):
+        raise DeployStateError("names, staged and installed must have the same length")
+    return [name for name, new, old in zip(names, staged, installed) if new is None or new != old]
+
+
+def switch_reasons(differ: list[str], active: bool, interrupted: bool) -> list[str]:
+    """Why the service must be switched; empty: it is already what was asked.
+    ``differ``: the files this run renders differently from the installed ones."""
+    reasons = []
+    if differ:
+        reasons.append("differs from what is installed: " + ", ".join(differ))
+    if not active:
+        reasons.append("the service is not active")
+    if interrupted:
+        reasons.append("an earlier switch was interrupted (switch.json is there)")
+    return reasons
+
+
+def url_of(argv: list[str] | None, default: str | None = None) -> str | None:
+    """The URL a server started with these flags answers on (--host/--port);
+    ``default`` when the flags do not say (a service the role did not render)."""
+    argv = list(argv or [])
+
+    def flag(name: str) -> str | None:
+        for i, arg in enumerate(argv):
+            if arg == name and i + 1 < len(argv):
+                return argv[i + 1]
+            if arg.startswith(name + "="):
+                return arg.split("=", 1)[1]
+        return None
+
+    host, port = flag("--host"), flag("--port")
+    if host is None and port is None:
+        return default
+    host = host or "127.0.0.1"
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"http://{host}:{port or 30000}"
+
+
+def restore_plan(known_good: dict[str, bool], known_good_record: dict | None, saved_this_run: bool,
+                 baseline: str, files: list[dict], current_url: str) -> dict:
+    """What a failed switch restores, and how the restored service is gated.
+
+    ``known_good`` maps each file name of ``files`` (name, src, mode) to whether
+    known-good/ holds it; ``saved_this_run``: the running service passed the
+    pre-gate and was saved before it was stopped. The known-good copy is
+    restored when it holds the unit (saved now, or by an earlier deploy);
+    otherwise (a host's first deploy, or a service that was already down with
+    nothing saved) the baseline variant is rendered from the table.
+
+    A known-good service is gated as itself: on its own URL (from its recorded
+    flags) and with the key of its own --config file, which may both differ
+    from the settings of this run (a key or port change with a failing variant)."""
+    unit = files[0]["name"] if files else None
+    if unit and known_good.get(unit):
+        restore = [f for f in files if known_good.get(f["name"])
+                   and (f["name"] != "current.json" or known_good_record is not None)]
+        config = [f["src"] for f in restore if f["src"].endswith((".yaml", ".yml"))]
+        variant = (known_good_record or {}).get("variant")
+        return {
+            "source": "known_good",
+            "variant": variant or "the previous (unmanaged) service",
+            "saved_this_run": bool(saved_this_run),
+            "files": restore,
+            "url": url_of((known_good_record or {}).get("argv"), current_url),
+            "api_key_file": config[0] if config else None,
+            "gate_timeout": ((known_good_record or {}).get("params") or {}).get("gate_timeout"),
+        }
+    return {"source": "baseline", "variant": baseline, "saved_this_run": False, "files": [], "url": current_url,
+            "api_key_file": None, "gate_timeout": None}
+
+
+def outcome(gate_ready: bool, rollback_ready: bool | None) -> str:
+    """The outcome of a switch: the variant's gate, then the rollback's."""
+    if gate_ready:
+        return "switched"
+    return "rolled_back" if rollback_ready else "rollback_failed"
+
+
+def running(outcome_name: str, variant: str, rollback: dict | None, steady_ready: bool = False) -> str | None:
+    """What serves after the deploy: never a variant the last gate did not pass."""
+    if outcome_name == "switched":
+        return variant
+    if outcome_name == "unchanged":
+        return variant if steady_ready else None
+    if outcome_name == "rolled_back" and (rollback or {}).get("ready"):
+        return rollback.get("variant")
+    return None
+
+
+def _pick(data: dict | None, keys: tuple[str, ...]) -> dict | None:
+    if not data:
+        return None
+    return {k: data[k] for k in keys if k in data}
+
+
+def verdict(result: dict | None, outcome_name: str, failed_task: str | None = None) -> dict:
+    """The gate's verdict kept in the record; a failure outside the gate (a task
+    of the switch) is named with its task."""
+    result = dict(result or {})
+    out = {k: result.get(k) for k in VERDICT_KEYS}
+    out["ready"] = bool(result.get("ready"))
+    out["evidence"] = result.get("evidence") or []
+    out["msg"] = str(result.get("msg") or "")
+    if outcome_name not in ("switched", "unchanged") and not result.get("failure"):
+        out["failure"] = "task_failed"
+        out["msg"] = f'task "{failed_task or "?"}" failed: {out["msg"]}'
+    return out
+
+
+def record(fields: dict) -> dict:
+    """The deploy record (history.jsonl and set_stats), every key of
+    RECORD_KEYS. ``fields`` holds them raw: ``verdict`` as the gate returned it,
+    ``memory_plan`` and ``ddtree_build`` whole; ``outcome`` is checked."""
+    name = fields.get("outcome")
+    if name not in RECORDED:
+        raise DeployStateError(f"outcome must be one of {', '.join(RECORDED)}, got {name!r}")
+    rollback = fields.get("rollback")
+    if name in ("rolled_back", "rollback_failed") and not rollback:
+        raise DeployStateError(f"a {name} record needs the rollback")
+    if name == "rolled_back" and not rollback.get("ready"):
+        raise DeployStateError("rolled_back with a rollback that is not ready: that is rollback_failed")
+    plan = fields.get("memory_plan")
+    out = {key: fields.get(key) for key in RECORD_KEYS}
+    out["memory_plan"] = None if not plan else dict(_pick(plan, PLAN_KEYS), override=plan.get("fits") is False)
+    out["ddtree_build"] = _pick(fields.get("ddtree_build"), DDTREE_KEYS)
+    out["verdict"] = verdict(fields.get("verdict"), name, fields.get("failed_task"))
+    out["running"] = running(name, fields.get("variant"), rollback, bool((fields.get("verdict") or {}).get("ready")))
+    out["repaired_interrupted_run"] = bool(fields.get("repaired_interrupted_run"))
+    return out
+
+
+def _sentence(text: str) -> str:
+    text = " ".join(str(text or "").split())
+    return text if not text or text.endswith((".", "!", "?")) else text + "."
+
+
+def summary_text(rec: dict, service_dir: str) -> str:
+    """What the operator reads at the end of a deploy on one host."""
+    host, variant, verdict_ = rec.get("host"), rec.get("variant"), rec.get("verdict") or {}
+    rollback = rec.get("rollback") or {}
+    name = rec.get("outcome")
+    if name == "switched":
+        return f"{host}: {variant} is serving. {verdict_.get('msg', '')}".strip()
+    if name == "unchanged":
+        if rec.get("running"):
+            return f"{host}: {variant} already serving, unchanged. {verdict_.get('msg', '')}".strip()
+        return f"{host}: {variant} is installed but does not serve: {verdict_.get('msg', '')}".strip()
+    if name == "rolled_back":
+        return "\n".join([
+            f"{host}: variant {variant} FAILED and was rolled back.",
+            f"Why: {_sentence(verdict_.get('msg'))}",
+            f"Now running: {rollback.get('variant')}, healthy ({rollback.get('msg', '')}).",
+            f"The failed attempt's files are kept in {service_dir}/attempts/; every attempt is in {service_dir}/history.jsonl.",
+        ])
+    return "\n".join([
+        f"{host}: ROLLBACK FAILED. Variant {variant} failed: {verdict_.get('msg', '')}",
+        f"AND the known-good service {rollback.get('variant')} did not come back: {rollback.get('msg', '')}",
+        f"Nothing was removed: the failed attempt is in {service_dir}/attempts/, the known-good files in "
+        f"{service_dir}/known-good/, the switch marker in {service_dir}/switch.json. Operator action is needed.",
+    ])
+
+
+def summary_row(rec: dict) -> tuple[str, str, str, str]:
+    """The deploy summary's row for a host with a record: outcome, running now, verdict, cause."""
+    verdict_ = rec.get("verdict") or {}
+    name = rec.get("outcome")
+    label = OUTCOMES.get(name, str(name))
+    return (label, str(rec.get("running") or "nothing healthy"),
+            "ready" if verdict_.get("ready") else str(verdict_.get("failure") or "-"), str(verdict_.get("cause") or "-"))
+
+
+ATTEMPT_RE = re.compile(r"^\d{8}T\d{6}Z-")
+
+
+def attempts_to_prune(names: list[str], keep: int) -> list[str]:
+    """The attempt directories beyond the newest ``keep`` (names start with
+    their UTC time, so they sort by age); names of another form are left alone."""
+    if keep < 1:
+        raise DeployStateError(f"keep must be at least 1, got {keep}")
+    dated = sorted(n for n in names if ATTEMPT_RE.match(n))
+    return dated[:-keep] if len(dated) > keep else []

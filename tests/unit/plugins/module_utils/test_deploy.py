@@ -1,0 +1,175 @@
+"""_deploy: the deploy state machine, transition by transition."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.inferops.sglang.plugins.module_utils import _deploy
+
+FILES = [
+    {"name": "sglang-qwen.service", "src": "/etc/systemd/system/sglang-qwen.service", "mode": "0644"},
+    {"name": "sglang-qwen.yaml", "src": "/etc/sglang/sglang-qwen.yaml", "mode": "0600"},
+    {"name": "sglang-qwen.logging.json", "src": "/etc/sglang/sglang-qwen.logging.json", "mode": "0644"},
+    {"name": "current.json", "src": "/var/lib/inferops-sglang/sglang-qwen/current.json", "mode": "0600"},
+]
+URL = "http://127.0.0.1:30000"
+NEXTN_ARGV = ["--model-path", "/srv/models/Qwen3.6-27B", "--host", "127.0.0.1", "--port", "30001", "--tp-size", "2"]
+
+
+# -- decide ----------------------------------------------------------------------------------------------------------
+
+def test_same_files_active_service_no_marker_is_unchanged():
+    differ = _deploy.differing(["a", "b"], ["1", "2"], ["1", "2"])
+    assert differ == [] and _deploy.switch_reasons(differ, active=True, interrupted=False) == []
+
+
+@pytest.mark.parametrize("staged,installed,active,interrupted,expect", [
+    (["1", "2"], ["1", "3"], True, False, ["differs from what is installed: b"]),
+    (["1", "2"], [None, None], True, False, ["differs from what is installed: a, b"]),   # first deploy: nothing installed
+    ([None, "2"], ["1", "2"], True, False, ["differs from what is installed: a"]),       # staging lost
+    (["1", "2"], ["1", "2"], False, False, ["the service is not active"]),
+    (["1", "2"], ["1", "2"], True, True, ["an earlier switch was interrupted (switch.json is there)"]),
+])
+def test_each_reason_to_switch(staged, installed, active, interrupted, expect):
+    differ = _deploy.differing(["a", "b"], staged, installed)
+    assert _deploy.switch_reasons(differ, active, interrupted) == expect
+
+
+def test_differing_needs_one_checksum_per_file():
+    with pytest.raises(_deploy.DeployStateError):
+        _deploy.differing(["a", "b"], ["1"], ["1", "2"])
+
+
+# -- restore plan ----------------------------------------------------------------------------------------------------
+
+def test_first_deploy_restores_the_baseline():
+    plan = _deploy.restore_plan({f["name"]: False for f in FILES}, None, saved_this_run=False, baseline="nextn",
+                                files=FILES, current_url=URL)
+    assert plan["source"] == "baseline" and plan["variant"] == "nextn" and plan["files"] == []
+    assert plan["url"] == URL and plan["api_key_file"] is None
+
+
+def test_known_good_is_restored_and_gated_as_itself():
+    """After a key and port change the restored service answers on its own port with its own key."""
+    record = {"variant": "nextn", "argv": NEXTN_ARGV, "params": {"gate_timeout": 900}}
+    plan = _deploy.restore_plan({f["name"]: True for f in FILES}, record, saved_this_run=True, baseline="nextn",
+                                files=FILES, current_url="http://127.0.0.1:30002")
+    assert plan["source"] == "known_good" and plan["variant"] == "nextn" and plan["saved_this_run"]
+    assert [f["name"] for f in plan["files"]] == [f["name"] for f in FILES]
+    assert plan["url"] == "http://127.0.0.1:30001"
+    assert plan["api_key_file"] == "/etc/sglang/sglang-qwen.yaml"
+    assert plan["gate_timeout"] == 900
+
+
+def test_unmanaged_known_good_restores_only_what_was_saved():
+    present = {"sglang-qwen.service": True, "sglang-qwen.yaml": False, "sglang-qwen.logging.json": False, "current.json": False}
+    plan = _deploy.restore_plan(present, None, saved_this_run=True, baseline="nextn", files=FILES, current_url=URL)
+    assert plan["source"] == "known_good" and plan["variant"] == "the previous (unmanaged) service"
+    assert [f["name"] for f in plan["files"]] == ["sglang-qwen.service"]
+    assert plan["url"] == URL and plan["api_key_file"] is None
+
+
+def test_known_good_without_its_unit_falls_back_to_the_baseline():
+    present = {f["name"]: f["name"] != "sglang-qwen.service" for f in FILES}
+    plan = _deploy.restore_plan(present, {"variant": "nextn"}, saved_this_run=False, baseline="nextn", files=FILES,
+                                current_url=URL)
+    assert plan["source"] == "baseline"
+
+
+@pytest.mark.parametrize("argv,url", [
+    (["--host", "0.0.0.0", "--port", "8000"], "http://127.0.0.1:8000"),
+    (["--host", "::", "--port", "8000"], "http://127.0.0.1:8000"),
+    (["--host", "fd00::1", "--port", "8000"], "http://[fd00::1]:8000"),
+    (["--port=8001"], "http://127.0.0.1:8001"),
+    (["--host", "10.0.0.5"], "http://10.0.0.5:30000"),
+    ([], None),
+])
+def test_url_of_the_flags(argv, url):
+    assert _deploy.url_of(argv) == url
+
+
+# -- outcomes and records --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("gate,rollback,expect", [
+    (True, None, "switched"), (False, True, "rolled_back"), (False, False, "rollback_failed"), (False, None, "rollback_failed"),
+])
+def test_outcome(gate, rollback, expect):
+    assert _deploy.outcome(gate, rollback) == expect
+
+
+def fields(outcome, **extra):
+    base = {"host": "ct129", "variant": "shadow-balanced", "outcome": outcome, "verdict": {"ready": outcome == "switched",
+            "failure": None if outcome == "switched" else "unit_failed", "cause": None, "msg": "m"},
+            "memory_plan": {"fits": False, "binding": "dynamic", "reason": "r", "extra": 1},
+            "ddtree_build": {"state": "applied", "build_id": "x" * 64, "noise": True}}
+    base.update(extra)
+    return base
+
+
+def test_switched_record_runs_the_variant_and_keeps_only_the_schema():
+    rec = _deploy.record(fields("switched"))
+    assert list(rec) == list(_deploy.RECORD_KEYS)
+    assert rec["running"] == "shadow-balanced" and rec["verdict"]["ready"] is True
+    assert rec["memory_plan"] == {"fits": False, "binding": "dynamic", "reason": "r", "override": True}
+    assert rec["ddtree_build"] == {"state": "applied", "build_id": "x" * 64}
+
+
+def test_rolled_back_record_runs_the_restored_variant():
+    rec = _deploy.record(fields("rolled_back", rollback={"variant": "nextn", "ready": True}))
+    assert rec["running"] == "nextn" and rec["verdict"]["failure"] == "unit_failed"
+
+
+def test_rollback_failed_record_runs_nothing():
+    rec = _deploy.record(fields("rollback_failed", rollback={"variant": "nextn", "ready": False}))
+    assert rec["running"] is None
+    assert _deploy.summary_row(rec)[:2] == ("ROLLBACK FAILED", "nothing healthy")
+
+
+def test_a_rolled_back_record_with_a_failed_rollback_is_refused():
+    with pytest.raises(_deploy.DeployStateError, match="rollback_failed"):
+        _deploy.record(fields("rolled_back", rollback={"variant": "nextn", "ready": False}))
+
+
+@pytest.mark.parametrize("outcome", ["not_reached", "failed_before_switching", "done", None])
+def test_only_outcomes_a_host_can_record(outcome):
+    with pytest.raises(_deploy.DeployStateError, match="outcome must be one of"):
+        _deploy.record(fields(outcome))
+
+
+def test_a_failure_outside_the_gate_names_its_task():
+    rec = _deploy.record(fields("rolled_back", verdict={"msg": "Could not find the requested service"},
+                                failed_task="Start shadow-balanced", rollback={"variant": "nextn", "ready": True}))
+    assert rec["verdict"]["failure"] == "task_failed"
+    assert rec["verdict"]["msg"] == 'task "Start shadow-balanced" failed: Could not find the requested service'
+
+
+def test_unchanged_runs_the_variant_only_when_its_gate_passed():
+    ready = _deploy.record(fields("unchanged", verdict={"ready": True, "msg": "ok"}))
+    down = _deploy.record(fields("unchanged", verdict={"ready": False, "failure": "connection_refused", "msg": "no"}))
+    assert ready["running"] == "shadow-balanced" and down["running"] is None
+    assert "already serving, unchanged" in _deploy.summary_text(ready, "/d")
+    assert "does not serve" in _deploy.summary_text(down, "/d")
+
+
+def test_summaries_say_what_runs_and_where_the_files_are():
+    rolled = _deploy.record(fields("rolled_back", rollback={"variant": "nextn", "ready": True, "msg": "ready in 9 s"}))
+    failed = _deploy.record(fields("rollback_failed", rollback={"variant": "nextn", "ready": False, "msg": "unit_failed"}))
+    text = _deploy.summary_text(rolled, "/var/lib/x")
+    assert "FAILED and was rolled back" in text and "Now running: nextn, healthy (ready in 9 s)." in text
+    text = _deploy.summary_text(failed, "/var/lib/x")
+    assert text.startswith("ct129: ROLLBACK FAILED.") and "/var/lib/x/switch.json" in text
+
+
+def test_every_outcome_has_a_label():
+    assert set(_deploy.RECORDED) <= set(_deploy.OUTCOMES) and set(_deploy.HEALTHY) <= set(_deploy.RECORDED)
+
+
+# -- retention -------------------------------------------------------------------------------------------------------
+
+def test_only_the_newest_attempts_are_kept():
+    names = [f"202612{d:02d}T000000Z-shadow" for d in range(1, 26)] + ["notes", "lost+found"]
+    pruned = _deploy.attempts_to_prune(names, 20)
+    assert pruned == [f"202612{d:02d}T000000Z-shadow" for d in range(1, 6)]
+    assert _deploy.attempts_to_prune(names[:3], 20) == []
+    with pytest.raises(_deploy.DeployStateError):
+        _deploy.attempts_to_prune(names, 0)

@@ -1,0 +1,116 @@
+"""sglang_deploy_state: each step on a real state directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+from sim_helpers import run_module
+
+from ansible_collections.inferops.sglang.plugins.modules import sglang_deploy_state
+
+
+def layout(tmp_path):
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    state = tmp_path / "state"
+    for sub in ("staging/run1", "known-good", "attempts"):
+        (state / sub).mkdir(parents=True)
+    files = [
+        {"name": "u.service", "src": str(etc / "u.service"), "mode": "0644", "template": "sglang.service.j2"},
+        {"name": "u.yaml", "src": str(etc / "u.yaml"), "mode": "0600", "template": "sglang.config.yaml.j2"},
+        {"name": "current.json", "src": str(state / "current.json"), "mode": "0600", "template": None},
+    ]
+    return state, files
+
+
+def run(capsys, **args):
+    code, result, _ = run_module(sglang_deploy_state.main, capsys, args)
+    return code, result
+
+
+def test_decide_compares_this_runs_staging_with_the_installed_files(tmp_path, capsys):
+    state, files = layout(tmp_path)
+    staged = files[:2]
+    for f in staged:
+        (state / "staging/run1" / f["name"]).write_text("new " + f["name"])
+    code, result = run(capsys, step="decide", service_dir=str(state), run_id="run1", files=staged, active=True)
+    assert code == 0 and result["switch"] and result["reasons"] == ["differs from what is installed: u.service, u.yaml"]
+    for f in staged:
+        with open(f["src"], "w", encoding="utf-8") as handle:
+            handle.write("new " + f["name"])
+    code, result = run(capsys, step="decide", service_dir=str(state), run_id="run1", files=staged, active=True)
+    assert code == 0 and not result["switch"] and result["reasons"] == []
+    # another run's staging is not this run's
+    code, result = run(capsys, step="decide", service_dir=str(state), run_id="run2", files=staged, active=True)
+    assert result["switch"]
+
+
+def test_inspect_reads_the_record_the_marker_and_the_known_good(tmp_path, capsys):
+    state, files = layout(tmp_path)
+    argv = ["--host", "0.0.0.0", "--port", "30001"]
+    (state / "current.json").write_text(json.dumps({"variant": "nextn", "argv": argv}))
+    (state / "switch.json").write_text(json.dumps({"variant": "shadow", "run_id": "dead"}))
+    (state / "known-good/u.service").write_text("unit")
+    (state / "known-good/current.json").write_text(json.dumps({"variant": "nextn", "argv": argv}))
+    with open(files[1]["src"], "w", encoding="utf-8") as handle:
+        handle.write("{}\n")
+    code, result = run(capsys, step="inspect", service_dir=str(state), files=files)
+    before = result["before"]
+    assert code == 0 and before["variant"] == "nextn" and before["url"] == "http://127.0.0.1:30001"
+    assert before["interrupted"] and before["marker"]["run_id"] == "dead"
+    assert before["known_good"] and before["known_good_variant"] == "nextn"
+    assert before["api_key_file"] == files[1]["src"]
+
+
+def test_restore_plans_the_baseline_on_a_first_deploy(tmp_path, capsys):
+    state, files = layout(tmp_path)
+    code, result = run(capsys, step="restore", service_dir=str(state), files=files, baseline="nextn", url="http://127.0.0.1:1")
+    assert code == 0 and result["plan"]["source"] == "baseline" and result["plan"]["variant"] == "nextn"
+
+
+def test_record_appends_clears_the_marker_prunes_and_removes_staging(tmp_path, capsys):
+    state, files = layout(tmp_path)
+    (state / "switch.json").write_text("{}")
+    for day in range(1, 5):
+        (state / f"attempts/202612{day:02d}T000000Z-shadow").mkdir()
+    code, result = run(capsys, step="record", service_dir=str(state), run_id="run1", keep_attempts=2,
+                       fields={"host": "ct129", "variant": "nextn", "outcome": "switched", "verdict": {"ready": True, "msg": "ok"}})
+    assert code == 0 and result["changed"] and result["record"]["running"] == "nextn"
+    lines = (state / "history.jsonl").read_text().splitlines()
+    assert json.loads(lines[-1])["run_id"] == "run1"
+    assert stat.S_IMODE(os.stat(state / "history.jsonl").st_mode) == 0o600
+    assert not (state / "switch.json").exists() and not (state / "staging/run1").exists()
+    assert sorted(os.listdir(state / "attempts")) == ["20261203T000000Z-shadow", "20261204T000000Z-shadow"]
+    assert result["pruned"] == ["20261201T000000Z-shadow", "20261202T000000Z-shadow"]
+
+
+def test_a_failed_rollback_keeps_the_marker(tmp_path, capsys):
+    state, files = layout(tmp_path)
+    (state / "switch.json").write_text("{}")
+    code, result = run(capsys, step="record", service_dir=str(state), run_id="run1",
+                       fields={"variant": "shadow", "outcome": "rollback_failed", "verdict": {"failure": "unit_failed"},
+                               "rollback": {"variant": "nextn", "ready": False}})
+    assert code == 0 and result["record"]["outcome"] == "rollback_failed" and (state / "switch.json").exists()
+
+
+def test_an_impossible_record_fails(tmp_path, capsys):
+    state, _ = layout(tmp_path)
+    code, result = run(capsys, step="record", service_dir=str(state), run_id="run1",
+                       fields={"variant": "shadow", "outcome": "rolled_back", "verdict": {}, "rollback": {"ready": False}})
+    assert code == 1 and "rollback_failed" in result["msg"] and not (state / "history.jsonl").exists()
+
+
+def test_unchanged_is_composed_but_not_written(tmp_path, capsys):
+    state, _ = layout(tmp_path)
+    code, result = run(capsys, step="record", service_dir=str(state), run_id="run1", history=False,
+                       fields={"variant": "nextn", "outcome": "unchanged", "verdict": {"ready": True}})
+    assert code == 0 and not result["changed"] and not (state / "history.jsonl").exists()
+    assert result["record"]["running"] == "nextn"
+
+
+def test_run_id_must_be_a_plain_name(tmp_path, capsys):
+    state, files = layout(tmp_path)
+    code, result = run(capsys, step="decide", service_dir=str(state), run_id="../x", files=files)
+    assert code == 1 and "run_id" in result["msg"]
