@@ -10,13 +10,17 @@ needs the libcuda.so.1 test double on LD_LIBRARY_PATH)::
     $VENV/bin/python lab/real/validate_args.py --gpu-mib 49140 --capability 8.6 --gpus 2 --cases - < cases.json
 
 It does what ``python -m sglang.launch_server`` does with its arguments before
-any process starts, and nothing else:
+any process starts, and nothing else, with the harness the collection's
+``sglang_server_args`` module runs on a real host (HARNESS_SOURCE of
+plugins/module_utils/_server_args.py: the sequence, the argparse message and
+the error's file:line); only the stand-ins below are this file's own:
 
 * ``sglang.srt.server_args.prepare_server_args(argv)`` (argparse, ``--config``,
   and in 0.5.11 ``ServerArgs.__post_init__``, where 0.5.11 validates:
   0.5.11 ``sglang/launch_server.py`` -> ``srt/server_args.py:7265``);
-* ``server_args.resolve_once()`` where it exists (0.5.20+; 0.5.23
-  ``launch_server.py:29`` and ``srt/entrypoints/engine.py:1153``);
+* ``server_args.resolve_once()`` where it exists (0.5.19+: 0.5.19
+  ``launch_server.py:21``; 0.5.23 ``launch_server.py:29`` and
+  ``srt/entrypoints/engine.py:1153``);
 * ``server_args.check_server_args()`` (0.5.11 ``srt/entrypoints/engine.py:673``,
   0.5.23 ``engine.py:1165``).
 
@@ -74,7 +78,7 @@ Each case runs in a child forked from the process that imported sglang once
 caches or globals. One process serves one GPU profile: the answers are cached
 at import time, as on a real host.
 
-Output: one JSON object per case, ``{ok, error: {type, message, where} | null,
+Output: one JSON object per case, ``{ok, error: {type, message, where, stage} | null,
 resolved: {...}, log: [...], model_files: [...]}``; ``--cases`` prints a JSON
 object ``{sglang: version, speculative_algorithms: [the names this release
 knows], results: [one answer per case, in order, each with its id]}``. Exit
@@ -84,14 +88,16 @@ status 0 when every case is accepted, 1 when one is refused.
 from __future__ import annotations
 
 import argparse
-import io
+import importlib.util
 import json
 import os
 import shutil
 import signal
 import sys
 import tempfile
-import traceback
+import types
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # Fields of the resolved arguments the answer reports, by their names in either release.
 RESOLVED_FIELDS = (
@@ -223,54 +229,26 @@ def _model_dirs(argv: list[str]) -> list[str]:
     return out
 
 
-def _where(exc: BaseException) -> str:
-    """The sglang file:line that raised."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "site-packages/sglang" in f.filename]
-    return f"{frames[-1].filename.split('site-packages/', 1)[1]}:{frames[-1].lineno}" if frames else ""
+def _harness():
+    """The collection's harness (plugins/module_utils/_server_args.py HARNESS_SOURCE), the
+    same prepare_server_args / resolve_once / check_server_args sequence and error shaping
+    that the sglang_server_args module runs on a host, loaded as a module (its main() runs
+    only as __main__); _server_args.py itself needs nothing but the standard library."""
+    path = os.path.join(REPO, "plugins", "module_utils", "_server_args.py")
+    spec = importlib.util.spec_from_file_location("inferops_server_args", path)
+    utils = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(utils)
+    harness = types.ModuleType("inferops_server_args_harness")
+    exec(compile(utils.HARNESS_SOURCE, f"{path} (HARNESS_SOURCE)", "exec"), harness.__dict__)  # noqa: S102
+    return harness
 
 
-def _plain(value):
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    return str(value)
-
-
-def _resolved(server_args) -> dict:
-    view = server_args
-    try:  # 0.5.20+: the record keeps raw input; resolution's results are read through a view
-        from sglang.srt.arg_groups.overrides import resolving_view  # noqa: PLC0415
-        view = resolving_view(server_args)
-    except ImportError:
-        pass
-    out = {}
-    for name in RESOLVED_FIELDS:
-        try:
-            out[name] = _plain(getattr(view, name))
-        except Exception:  # noqa: BLE001 - a field this release does not have
-            continue
-    return out
-
-
-class _Tee(io.TextIOBase):
-    def __init__(self, stream) -> None:
-        self.stream, self.buffer_text = stream, io.StringIO()
-
-    def write(self, text: str) -> int:
-        self.buffer_text.write(text)
-        return self.stream.write(text)
-
-    def flush(self) -> None:
-        self.stream.flush()
+HARNESS = _harness()
 
 
 def run_case(argv: list[str]) -> dict:
-    """SGLang's resolution of one argv, as launch_server does it before starting anything."""
-    from sglang.srt import server_args as sa  # noqa: PLC0415 - already imported by the parent
-
+    """SGLang's resolution of one argv, as launch_server does it before starting anything
+    (the harness's check()), with the model files SGLang opened."""
     dirs = _model_dirs(argv)
     opened: list[str] = []
 
@@ -281,26 +259,7 @@ def run_case(argv: list[str]) -> dict:
                 opened.append(path)
 
     sys.addaudithook(audit)
-    tee = _Tee(sys.stderr)
-    sys.stderr = tee
-    result: dict = {"ok": False, "error": None, "resolved": {}}
-    args = None
-    try:
-        args = sa.prepare_server_args(list(argv))
-        if hasattr(args, "resolve_once"):
-            args.resolve_once()
-        args.check_server_args()
-        result["ok"] = True
-    except SystemExit as exc:  # argparse: "sglang serve: error: ...", exit 2
-        lines = [x for x in tee.buffer_text.getvalue().splitlines() if ": error: " in x]
-        result["error"] = {"type": "SystemExit", "code": exc.code, "message": lines[-1] if lines else str(exc), "where": "argparse"}
-    except BaseException as exc:  # noqa: BLE001 - every refusal is reported as SGLang raised it
-        result["error"] = {"type": type(exc).__name__, "message": str(exc), "where": _where(exc)}
-    finally:
-        sys.stderr = tee.stream
-    if args is not None:
-        result["resolved"] = _resolved(args)
-    result["log"] = [x for x in tee.buffer_text.getvalue().splitlines() if x.strip()][-40:]
+    result = HARNESS.check(list(argv), RESOLVED_FIELDS)
     result["model_files"] = [os.path.relpath(p, d) for p in opened for d in dirs if p.startswith(d + os.sep)][:50]
     if TRACE_ON:  # every GPU query of this process: the import's (inherited) and this case's
         result["gpu_queries"] = {k: sorted(v) for k, v in sorted(TRACE.items())}
@@ -378,8 +337,7 @@ def main(argv: list[str]) -> int:
             for index, case in enumerate(cases):
                 case = case if isinstance(case, dict) else {"id": index, "argv": case}
                 results.append(dict(run_forked([str(x) for x in case["argv"]]), id=case.get("id", index)))
-            from importlib.metadata import version  # noqa: PLC0415
-            answer = {"sglang": version("sglang"), "speculative_algorithms": upstream_algorithms(), "results": results}
+            answer = {"sglang": HARNESS.installed_version(), "speculative_algorithms": upstream_algorithms(), "results": results}
         else:
             answer = run_forked(server_argv)
     with os.fdopen(answer_fd, "w") as out:

@@ -231,6 +231,30 @@ def grep(wheel: Wheel, needle: str, under: str = "sglang/srt/") -> list[str]:
     return [n for n in wheel.names() if n.startswith(under) and needle in wheel.source(n)]
 
 
+def ngram_devices(wheel: Wheel) -> tuple[str, ...]:
+    """The devices the release lets NGRAM speculative decoding run on, from the condition
+    guarding its "Ngram speculative decoding only supports ..." ValueError: a prefix test
+    ``not device.startswith("cuda")`` (up to 0.5.15.post1) or ``device not in (...)``."""
+    found = []
+    for name in grep(wheel, "Ngram speculative decoding only supports"):
+        tree = wheel.tree(name)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.If):
+                continue
+            raised = [r for r in node.body if isinstance(r, ast.Raise)]
+            if not any("Ngram speculative decoding only supports" in ast.unparse(r) for r in raised):
+                continue
+            test = node.test
+            if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and "startswith" in ast.unparse(test):
+                found.append((test.operand.args[0].value,))
+            elif isinstance(test, ast.Compare) and isinstance(test.ops[0], ast.NotIn):
+                found.append(tuple(ast.literal_eval(test.comparators[0])))
+            else:
+                raise AssertionError(f"{wheel.text} {name}:{node.lineno}: a condition not understood: {ast.unparse(test)}")
+    assert len(set(found)) == 1, (wheel.text, found)
+    return found[0]
+
+
 # -- 1. versions.py --------------------------------------------------------------------------
 
 @pytest.mark.parametrize("wheel_path", WHEELS, ids=IDS)
@@ -264,6 +288,12 @@ def test_version_switches_match_the_wheel(wheel_path):
             re.search(r'mamba_radix_cache_strategy("\])? = "extra_buffer"', wheel.source(n))
             for n in wheel.names() if n.startswith(("sglang/srt/server_args.py", "sglang/srt/arg_groups/"))),
         "graph_hint_names_decode_flags": bool(grep(wheel, "2. set --cuda-graph-max-bs-decode to a smaller value")),
+        # prepare_server_args' parser (0.5.11 server_args.py:7276; 0.5.9: ArgumentParser())
+        "parser_prog_sglang_serve": 'argparse.ArgumentParser(prog="sglang serve")' in wheel.source("sglang/srt/server_args.py"),
+        # 0.5.19 server_args.py:3673, called by launch_server.py:21
+        "has_resolve_once": "def resolve_once(self)" in wheel.source("sglang/srt/server_args.py")
+                            and "server_args.resolve_once()" in wheel.source("sglang/launch_server.py"),
+        "ngram_devices": ngram_devices(wheel),
     }
     simulated = {name: getattr(rel, name) for name in real}
     assert simulated == real, {k: (simulated[k], real[k]) for k in real if simulated[k] != real[k]}

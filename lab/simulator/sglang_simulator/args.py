@@ -8,6 +8,8 @@ import importlib.util
 import json
 import os
 
+from . import model as model_mod
+from . import radix
 from .memory import ServerConfig
 from .versions import Release
 
@@ -49,7 +51,14 @@ def spec_algorithms(release: Release, ddtree: bool) -> list[str]:
     return algorithms
 
 
-def build_parser(release: Release, prog: str, ddtree: bool | None = None) -> argparse.ArgumentParser:
+def parser_prog(release: Release, script: str | None) -> str | None:
+    """The name argparse's messages start with: "sglang serve" from 0.5.10 whatever the
+    entry point (prepare_server_args, 0.5.11 server_args.py:7276), else the script's
+    (0.5.9's ArgumentParser(); None: argparse's own default, sys.argv[0]'s name)."""
+    return "sglang serve" if release.parser_prog_sglang_serve else script
+
+
+def build_parser(release: Release, prog: str | None, ddtree: bool | None = None) -> argparse.ArgumentParser:
     ddtree = ddtree_build_installed() if ddtree is None else ddtree
     p = argparse.ArgumentParser(prog=prog)
     add = p.add_argument
@@ -195,8 +204,9 @@ def merge_config(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
     return merged + argv[:index] + argv[index + 2:]
 
 
-class ArgumentValidationError(Exception):
-    """Raised after parsing, as SGLang's ServerArgs.__post_init__ raises ValueError."""
+class ArgumentValidationError(ValueError):
+    """SGLang's ValueError from resolving the parsed arguments (ServerArgs.__post_init__
+    up to 0.5.18, resolve_once from 0.5.19); str() is SGLang's message."""
 
 
 def validate(release: Release, args: argparse.Namespace, ddtree: bool | None = None) -> list[str]:
@@ -205,13 +215,25 @@ def validate(release: Release, args: argparse.Namespace, ddtree: bool | None = N
     ddtree = ddtree_build_installed() if ddtree is None else ddtree
     algo = args.speculative_algorithm
     if algo and release.free_form_spec_algorithm and algo.upper() not in spec_algorithms(release, ddtree):
-        # SpeculativeAlgorithm.from_string (0.5.12.post1 spec_info.py:54)
-        raise ArgumentValidationError(f"ValueError: Unknown speculative algorithm name: {algo}")
+        # SpeculativeAlgorithm.from_string (0.5.12.post1 spec_info.py:54, 0.5.23 :65)
+        raise ArgumentValidationError(f"Unknown speculative algorithm name: {algo}")
     if algo in ("DFLASH", "DDTREE") and not args.speculative_draft_model_path:
         # 0.5.11 server_args.py:3331-3333
-        raise ArgumentValidationError(
-            "ValueError: DFLASH speculative decoding requires setting --speculative-draft-model-path."
-        )
+        raise ArgumentValidationError("DFLASH speculative decoding requires setting --speculative-draft-model-path.")
+    if algo == "NGRAM":
+        # the device SGLang resolves: --device, else cuda on a GPU host (the simulator's)
+        device = args.device or "cuda"
+        if release.ngram_devices == ("cuda",):
+            if not device.startswith("cuda"):
+                # 0.5.11 server_args.py:3557-3561 (raised at :3559)
+                raise ArgumentValidationError("Ngram speculative decoding only supports CUDA device.")
+        elif device not in release.ngram_devices:
+            if release.ngram_devices == ("cuda", "cpu"):
+                # 0.5.16 arg_groups/speculative_hook.py:651-655
+                raise ArgumentValidationError("Ngram speculative decoding only supports CUDA or CPU devices.")
+            else:
+                # 0.5.23 arg_groups/speculative_hook.py:1286-1290
+                raise ArgumentValidationError("Ngram speculative decoding only supports CUDA, CPU, or XPU devices.")
     # No release range-checks --mem-fraction-static (the simulator used to invent one).
     if release.disable_cuda_graph_deprecated and args.disable_cuda_graph:
         # DeprecatedStoreTrueAction (0.5.14 arg_groups/argparse_actions.py:63-66,
@@ -248,3 +270,25 @@ def server_config(release: Release, args: argparse.Namespace) -> ServerConfig:
         max_mamba_cache_size=args.max_mamba_cache_size,
         page_size=args.page_size or 1,
     )
+
+
+def resolve(release: Release, args: argparse.Namespace, ddtree: bool | None = None) -> list[str]:
+    """What SGLang decides from the parsed arguments before any process starts, as far as
+    the simulator models it: ServerArgs.__post_init__ up to 0.5.18, resolve_once from
+    0.5.19 (the checks of validate(), then the radix-cache rule for the model's
+    architecture, read from its config.json). The server's start-up and the
+    ``sglang.srt.server_args`` entry point both run this. Returns the warnings;
+    raises ArgumentValidationError or radix.RadixRefusal (both ValueError)."""
+    ddtree = ddtree_build_installed() if ddtree is None else ddtree
+    warnings = validate(release, args, ddtree)
+    try:
+        architecture = model_mod.load(args.model_path).architecture
+    except model_mod.ModelPathError:
+        # the model directory is checked where the weights load (server start)
+        architecture = ""
+    # The team's DDTree build replaces server_args.py with a later source snapshot
+    # (lab/ddtree), which does not refuse: the field story's shadow variants reached
+    # the pool on 0.5.11.
+    if not ddtree:
+        warnings += radix.resolve(release, args, architecture)
+    return warnings

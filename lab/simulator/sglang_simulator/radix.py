@@ -21,8 +21,8 @@ HYBRID_RADIX_ARCHITECTURES = (
 )
 
 
-class RadixRefusal(Exception):
-    """ServerArgs' ValueError: exit 1 at start."""
+class RadixRefusal(ValueError):
+    """ServerArgs' ValueError (exit 1 at start); str() is SGLang's message."""
 
 
 def resolve(release: Release, args, architecture: str) -> list[str]:
@@ -44,7 +44,7 @@ def resolve(release: Release, args, architecture: str) -> list[str]:
                 # 0.5.11 server_args.py:2396-2401; 0.5.13.post1 :2699 adds a full stop
                 stop = "." if release.version >= (0, 5, 13) else ""
                 raise RadixRefusal(
-                    f"ValueError: mamba extra_buffer is not compatible with --disable-radix-cache{stop} "
+                    f"mamba extra_buffer is not compatible with --disable-radix-cache{stop} "
                     "Overlap scheduling is already supported with no_buffer + disable_radix_cache. "
                     "Please use --mamba-scheduler-strategy no_buffer instead."
                 )
@@ -52,7 +52,7 @@ def resolve(release: Release, args, architecture: str) -> list[str]:
         if args.speculative_algorithm and not args.disable_radix_cache:
             # 0.5.11 server_args.py:2452-2456 (the two literals join without a space)
             raise RadixRefusal(
-                f"ValueError: Speculative decoding for {architecture} is not compatible with radix cache when "
+                f"Speculative decoding for {architecture} is not compatible with radix cache when "
                 "using --mamba-scheduler-strategy no_buffer."
                 "To use radix cache with speculative decoding, please use --mamba-scheduler-strategy "
                 "extra_buffer and set SGLANG_ENABLE_SPEC_V2=1."

@@ -136,6 +136,35 @@ class Release:
         # when overlap scheduling is wanted and the model supports it.
         return self.version >= (0, 5, 14)
 
+    # -- argument resolution ---------------------------------------------------------
+    @property
+    def parser_prog_sglang_serve(self) -> bool:
+        # prepare_server_args builds ArgumentParser(prog="sglang serve") from
+        # 0.5.10.post1 (0.5.11 server_args.py:7276), so argparse's messages read
+        # "sglang serve: error: ..." whatever the entry point; 0.5.9's
+        # ArgumentParser() takes the script's name (launch_server.py).
+        return self.version >= (0, 5, 10)
+
+    @property
+    def has_resolve_once(self) -> bool:
+        # 0.5.19 server_args.py:3663-3673: __post_init__ leaves the record raw and
+        # ServerArgs.resolve_once() resolves it (launch_server.py:21); up to 0.5.18
+        # __post_init__ resolves and validates inside prepare_server_args.
+        return self.version >= (0, 5, 19)
+
+    @property
+    def ngram_devices(self) -> tuple[str, ...]:
+        # The devices NGRAM speculative decoding runs on: "cuda" only up to
+        # 0.5.15.post1 (0.5.11 server_args.py:3557-3561, not device.startswith("cuda");
+        # 0.5.13.post1 arg_groups/speculative_hook.py:389-391), cuda or cpu 0.5.16-0.5.20
+        # (0.5.16 speculative_hook.py:651-655), cuda, cpu or xpu from 0.5.21
+        # (0.5.21 speculative_hook.py:1173-1178, 0.5.23 :1286-1290).
+        if self.version >= (0, 5, 21):
+            return ("cuda", "cpu", "xpu")
+        if self.version >= (0, 5, 16):
+            return ("cuda", "cpu")
+        return ("cuda",)
+
     # -- messages ------------------------------------------------------------------
     @property
     def graph_hint_names_decode_flags(self) -> bool:
