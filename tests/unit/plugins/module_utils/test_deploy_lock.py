@@ -240,6 +240,26 @@ def test_a_late_release_by_the_stale_holder_leaves_its_successor_alone(path):
     assert on_disk(path)["run_id"] == B
 
 
+def test_a_release_racing_a_takeover_never_removes_the_successors_lock(path, monkeypatch):
+    """The holder's release has read its own lock when another run takes it over (its lease ran out):
+    the release must find that out under the guard and leave the new lock."""
+    lock.acquire(path, A, ALICE, lease=60, now=lambda: 1000.0)
+    real_read = lock.read
+    state = {"raced": False}
+
+    def read(p):
+        record = real_read(p)
+        if not state["raced"]:
+            state["raced"] = True
+            assert lock.acquire(p, B, BOB, now=lambda: 2000.0)["taken_over"]
+        return record
+
+    monkeypatch.setattr(lock, "read", read)
+    outcome = lock.release(path, A)
+    assert outcome["lost"] and not outcome["changed"] and outcome["holder"]["run_id"] == B
+    assert on_disk(path)["run_id"] == B
+
+
 def test_a_file_that_is_not_a_lock_is_reported_and_kept(path):
     with open(path, "w", encoding="utf-8") as handle:
         handle.write("held by me\n")

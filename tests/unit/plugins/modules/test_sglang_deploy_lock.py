@@ -8,7 +8,7 @@ import json
 import os
 import stat
 
-from ansible.module_utils.common import warnings as module_warnings
+import pytest
 from sim_helpers import run_module
 
 from ansible_collections.inferops.sglang.plugins.modules import sglang_deploy_lock
@@ -19,14 +19,23 @@ HOLDER = dict(controller_user="alice", controller_host="ctl-1", controller_pid=4
 
 def run(capsys, path, check_mode=False, **args):
     args = dict(dict(path=str(path), service="sglang-qwen.service", variant="shadow-balanced", run_id=A, holder=HOLDER), **args)
-    # A module's warnings are process-global; each run here reports only its own.
-    module_warnings._global_warnings.clear()
     rc, result, _ = run_module(sglang_deploy_lock.main, capsys, args, check_mode=check_mode)
     return rc, result
 
 
-def warnings(result) -> list[str]:
-    return [w if isinstance(w, str) else w["event"]["msg"] for w in result.get("warnings", [])]
+@pytest.fixture
+def warned(monkeypatch):
+    """The warnings the module gives (module.warn), per test: in-process they reach the result
+    or, once controller code is imported, the controller's display."""
+    messages: list[str] = []
+    real = sglang_deploy_lock.AnsibleModule.warn
+
+    def warn(self, warning):
+        messages.append(warning)
+        real(self, warning)
+
+    monkeypatch.setattr(sglang_deploy_lock.AnsibleModule, "warn", warn)
+    return messages
 
 
 def test_acquire_creates_the_directory_and_the_lock(capsys, tmp_path):
@@ -66,7 +75,7 @@ def test_renew_and_release_of_this_run(capsys, tmp_path):
     assert not path.exists()
 
 
-def test_a_lost_lock_fails_renew_and_release_leaves_it_alone(capsys, tmp_path):
+def test_a_lost_lock_fails_renew_and_release_leaves_it_alone(capsys, tmp_path, warned):
     path = tmp_path / "deploy.lock"
     run(capsys, path, run_id=B, holder=dict(HOLDER, controller_user="bob"))
     before = path.read_bytes()
@@ -75,18 +84,18 @@ def test_a_lost_lock_fails_renew_and_release_leaves_it_alone(capsys, tmp_path):
     assert result["msg"].startswith(f"the deploy lock of sglang-qwen.service ({path}) is lost: it is held by run {B}, bob@ctl-1")
     rc, result = run(capsys, path, state="released")
     assert rc == 0 and result["lost"] is True and result["changed"] is False
-    assert any("is lost" in w and "left alone" in w for w in warnings(result))
+    assert any("is lost" in w and "left alone" in w for w in warned)
     assert path.read_bytes() == before
 
 
-def test_a_stale_lock_is_taken_over_with_a_warning(capsys, tmp_path):
+def test_a_stale_lock_is_taken_over_with_a_warning(capsys, tmp_path, warned):
     path = tmp_path / "deploy.lock"
     path.write_text(json.dumps(dict(HOLDER, run_id=B, service="sglang-qwen.service", variant="nextn", started="s",
                                     renewed="s", expires=1000, lease_s=60)))
     rc, result = run(capsys, path)
     assert rc == 0 and result["acquired"] and result["taken_over"]
     assert result["previous"]["run_id"] == B and json.loads(path.read_text())["run_id"] == A
-    assert any(f"took over the deploy lock {path} of run {B}" in w and "its lease ran out" in w for w in warnings(result))
+    assert any(f"took over the deploy lock {path} of run {B}" in w and "its lease ran out" in w for w in warned)
 
 
 def test_take_over_run_id_breaks_a_live_lock(capsys, tmp_path):
@@ -97,7 +106,7 @@ def test_take_over_run_id_breaks_a_live_lock(capsys, tmp_path):
     assert json.loads(path.read_text())["run_id"] == A
 
 
-def test_check_mode_writes_nothing_and_warns_of_another_deploy(capsys, tmp_path):
+def test_check_mode_writes_nothing_and_warns_of_another_deploy(capsys, tmp_path, warned):
     path = tmp_path / "state" / "deploy.lock"
     rc, result = run(capsys, path, check_mode=True)
     assert rc == 0 and result["acquired"] and result["changed"] and result["holder"] is None
@@ -107,7 +116,7 @@ def test_check_mode_writes_nothing_and_warns_of_another_deploy(capsys, tmp_path)
     rc, result = run(capsys, path, check_mode=True)
     assert rc == 0 and not result["acquired"] and result["holder"]["run_id"] == B
     assert any(w.startswith("sglang-qwen.service is being deployed by bob@ctl-1 (AWX job 42), variant shadow-balanced")
-               for w in warnings(result))
+               for w in warned)
     rc, result = run(capsys, path, state="renewed", check_mode=True)
     assert rc == 0 and result["lost"] and not result["changed"]
     assert path.read_bytes() == before and sorted(os.listdir(path.parent)) == ["deploy.lock"]
