@@ -15,9 +15,9 @@ description:
   - 'O(state=acquired): a free lock is created atomically (a record written to a temporary file in the lock''s
     directory, mode 0600, then hard-linked to O(path), which fails when another deploy created it first). A lock held
     by another run makes the task wait, polling every O(poll) seconds for up to O(timeout) seconds, and then fail
-    before anything changes, naming the holder:
-    C(sglang-qwen.service on ct200 is being deployed by alice@ctl-1 (AWX job 42), variant shadow-balanced, since
-    2026-12-01T10:00:00Z; waited 600 s (sglang_service_lock_timeout).) followed by the lock file, its run id and lease.'
+    before anything changes, naming the holder, for example
+    "sglang-qwen.service on ct200 is being deployed by alice@ctl-1 (AWX job 42), variant shadow-balanced, since
+    2026-12-01T10:00:00Z; waited 600 s (sglang_service_lock_timeout)." followed by the lock file, its run id and lease.'
   - 'A stale lock is taken over (RV(taken_over), RV(previous) is the holder it replaces, and a warning says why). Stale
     means: its lease (C(expires), on the host''s clock) has run out; or its holder ran on this controller
     (C(controller_host) equals this controller''s host name) and that C(ansible-playbook) process no longer exists
@@ -27,7 +27,7 @@ description:
     two deploys taking over one stale lock exactly one wins.'
   - O(state=renewed) extends this run's lease by O(lease) seconds from now, for steps longer than the lease.
     When the lock is not this run's any more (its lease ran out and another deploy took it over, or it was removed) the
-    task fails with RV(lost) (in check mode it only reports RV(lost): nothing was acquired).
+    task fails with RV(lost) (in check mode it only reports RV(lost), since nothing was acquired).
   - O(state=released) removes this run's lock. Another run's lock is never removed; the task then only warns, with RV(lost).
   - 'The run id: the plugin makes one per play and host (a 32-hex-digit id derived from the play''s id, the
     C(ansible-playbook) process and the host), so the tasks of one play share it without passing it; give O(run_id)

@@ -19,8 +19,7 @@ HOLDER = dict(controller_user="alice", controller_host="ctl-1", controller_pid=4
 
 def run(capsys, path, check_mode=False, **args):
     args = dict(dict(path=str(path), service="sglang-qwen.service", variant="shadow-balanced", run_id=A, holder=HOLDER), **args)
-    rc, result, _ = run_module(sglang_deploy_lock.main, capsys, args, check_mode=check_mode)
-    return rc, result
+    return run_module(sglang_deploy_lock.main, capsys, args, check_mode=check_mode)[:2]
 
 
 @pytest.fixture
