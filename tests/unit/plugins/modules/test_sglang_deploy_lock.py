@@ -13,7 +13,8 @@ from sim_helpers import run_module
 
 from ansible_collections.inferops.sglang.plugins.modules import sglang_deploy_lock
 
-A, B = "a" * 32, "b" * 32
+A = "a" * 32
+B = "b" * 32
 HOLDER = dict(controller_user="alice", controller_host="ctl-1", controller_pid=4242, awx_job_id="42")
 
 
