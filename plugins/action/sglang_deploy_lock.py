@@ -85,9 +85,7 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         del tmp
 
-        dummy, args = self.validate_argument_spec(argument_spec=lock.ARGUMENT_SPEC, required_if=lock.REQUIRED_IF)
-        if args["state"] == "acquired" and not args["service"]:
-            raise AnsibleActionFail("service is required with state=acquired")
+        dummy, args = self.validate_argument_spec(argument_spec=lock.ARGUMENT_SPEC)
         if args["timeout"] < 0:
             raise AnsibleActionFail(f"timeout must be 0 (try once) or more seconds, got {args['timeout']}")
         if args["poll"] <= 0:
@@ -104,6 +102,8 @@ class ActionModule(ActionBase):
         for key in ("service", "variant"):
             if args[key] is not None:
                 holder[key] = args[key]
+        if not holder.get("service") and args["state"] == "acquired":
+            holder["service"] = lock.default_service(args["path"])
         job = awx_job_id(task_vars)
         if job is not None or "awx_job_id" not in holder:
             holder["awx_job_id"] = job

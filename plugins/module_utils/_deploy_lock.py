@@ -51,7 +51,11 @@ ARGUMENT_SPEC = dict(
     timeout=dict(type="int", default=600),
     poll=dict(type="float", default=2.0),
 )
-REQUIRED_IF = [("state", "acquired", ("service",))]
+
+
+def default_service(path: str) -> str:
+    """The service named by the lock's directory, for a task that names none."""
+    return os.path.basename(os.path.dirname(os.path.abspath(path))) or path
 
 
 class LockError(Exception):

@@ -59,7 +59,9 @@ options:
     choices: [acquired, renewed, released]
     default: acquired
   service:
-    description: The systemd unit being deployed, recorded in the lock and named in messages. Required with O(state=acquired).
+    description:
+      - The systemd unit being deployed, recorded in the lock (with O(state=acquired)) and named in messages.
+      - Without it, the name of the lock's directory is recorded (C(sglang-qwen) for C(/var/lib/inferops-sglang/sglang-qwen/deploy.lock)).
     type: str
   variant:
     description: The variant being deployed, recorded in the lock.
@@ -214,13 +216,11 @@ def lost_message(path: str, service: str | None, current: dict | None) -> str:
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec=lock.ARGUMENT_SPEC, required_if=lock.REQUIRED_IF, supports_check_mode=True)
+    module = AnsibleModule(argument_spec=lock.ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
     check = module.check_mode
     if not p["run_id"]:
         module.fail_json(msg="run_id is required (the sglang_deploy_lock action plugin sets it)")
-    if p["state"] == "acquired" and not p["service"]:
-        module.fail_json(msg="service is required with state=acquired")
     if p["lease"] <= 0:
         module.fail_json(msg=f"lease must be a positive number of seconds, got {p['lease']}")
     result = dict(changed=False, acquired=False, run_id=p["run_id"], holder=None, previous=None, taken_over=False,
@@ -229,6 +229,7 @@ def main() -> None:
         if p["state"] == "acquired":
             holder = dict(p["holder"] or {})
             holder.update({key: p[key] for key in ("service", "variant") if p[key] is not None})
+            holder["service"] = holder.get("service") or lock.default_service(p["path"])
             if not check:
                 result["changed"] = lock.ensure_dir(p["path"])
             outcome = lock.acquire(p["path"], p["run_id"], holder, p["lease"], p["take_over_run_id"], check_mode=check)

@@ -101,6 +101,12 @@ def test_the_holder_is_this_controller_and_the_run_id_is_one_per_play_and_host()
     assert plain.calls[0]["holder"]["awx_job_id"] is None
 
 
+def test_without_service_the_lock_names_its_directory():
+    h = Harness(dict(path=ARGS["path"], variant="nextn"), got)
+    h.run()
+    assert h.calls[0]["holder"]["service"] == "sglang-qwen" and h.calls[0]["holder"]["variant"] == "nextn"
+
+
 def test_it_polls_until_the_other_deploy_releases():
     answers = [held(other()), held(other())]
     h = Harness(dict(ARGS, poll=3), lambda args: answers.pop(0) if answers else got(args))
@@ -183,9 +189,8 @@ def test_renew_and_release_make_one_call_with_the_run_id():
 
 
 def test_bad_arguments_fail_before_the_host_is_asked():
-    for args, message in ((dict(path=ARGS["path"]), "missing: service"),
-                          (dict(ARGS, service=""), "service is required with state=acquired"),
-                          (dict(ARGS, timeout=-1), "timeout must be 0"),
+    for args, message in ((dict(ARGS, timeout=-1), "timeout must be 0"),
+                          (dict(service="sglang-qwen.service"), "missing required arguments: path"),
                           (dict(ARGS, poll=0), "poll must be a positive"),
                           (dict(ARGS, bogus=1), "bogus")):
         h = Harness(args, got)

@@ -122,12 +122,16 @@ def test_check_mode_writes_nothing_and_warns_of_another_deploy(capsys, tmp_path,
     assert path.read_bytes() == before and sorted(os.listdir(path.parent)) == ["deploy.lock"]
 
 
+def test_without_service_the_lock_names_its_directory(capsys, tmp_path):
+    path = tmp_path / "sglang-qwen" / "deploy.lock"
+    rc, result = run(capsys, path, service=None, holder=dict(HOLDER, service=None))
+    assert rc == 0 and json.loads(path.read_text())["service"] == "sglang-qwen"
+
+
 def test_bad_input_and_a_file_that_is_not_a_lock_fail(capsys, tmp_path):
     path = tmp_path / "deploy.lock"
-    rc, result = run(capsys, path, service=None)
-    assert rc == 1 and result["msg"] == "service is required with state=acquired" and not path.exists()
     rc, result = run(capsys, path, lease=0)
-    assert rc == 1 and result["msg"] == "lease must be a positive number of seconds, got 0"
+    assert rc == 1 and result["msg"] == "lease must be a positive number of seconds, got 0" and not path.exists()
     path.write_text("not a lock")
     rc, result = run(capsys, path)
     assert rc == 1 and "is not a deploy lock" in result["msg"] and path.read_text() == "not a lock"
