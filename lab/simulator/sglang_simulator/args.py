@@ -275,20 +275,23 @@ def server_config(release: Release, args: argparse.Namespace) -> ServerConfig:
 def resolve(release: Release, args: argparse.Namespace, ddtree: bool | None = None) -> list[str]:
     """What SGLang decides from the parsed arguments before any process starts, as far as
     the simulator models it: ServerArgs.__post_init__ up to 0.5.18, resolve_once from
-    0.5.19 (the checks of validate(), then the radix-cache rule for the model's
-    architecture, read from its config.json). The server's start-up and the
-    ``sglang.srt.server_args`` entry point both run this. Returns the warnings;
-    raises ArgumentValidationError or radix.RadixRefusal (both ValueError)."""
+    0.5.19 (the radix-cache rule for the model's architecture, read from its
+    config.json, then the checks of validate(): _handle_model_specific_adjustments
+    runs before _handle_speculative_decoding, 0.5.11 server_args.py:845 and :882,
+    0.5.12.post1 :929 and :976, so a hybrid model's radix refusal comes first). The
+    server's start-up and the ``sglang.srt.server_args`` entry point both run this.
+    Returns the warnings; raises ArgumentValidationError or radix.RadixRefusal (both
+    ValueError)."""
     ddtree = ddtree_build_installed() if ddtree is None else ddtree
-    warnings = validate(release, args, ddtree)
     try:
         architecture = model_mod.load(args.model_path).architecture
     except model_mod.ModelPathError:
         # the model directory is checked where the weights load (server start)
         architecture = ""
+    warnings: list[str] = []
     # The team's DDTree build replaces server_args.py with a later source snapshot
     # (lab/ddtree), which does not refuse: the field story's shadow variants reached
     # the pool on 0.5.11.
     if not ddtree:
         warnings += radix.resolve(release, args, architecture)
-    return warnings
+    return warnings + validate(release, args, ddtree)
