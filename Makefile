@@ -53,6 +53,7 @@ lab: setup real
 	ansible-playbook -i inventories/lab lab/playbooks/real_deploy.yml -l real_sglang -e variant=cpu
 	ansible-playbook -i inventories/lab lab/playbooks/real_deploy.yml -l real_sglang -e variant=cpu-small
 	ansible-playbook -i inventories/lab lab/playbooks/real_deploy.yml -l real_sglang -e variant=cpu-ngram || test $$? -eq 2
+	ansible-playbook -i inventories/lab lab/playbooks/real_deploy.yml -l real_sglang -e variant=cpu-triton || test $$? -eq 2
 	ansible-playbook -i inventories/lab lab/playbooks/real_job.yml
 
 lab-down:
