@@ -70,6 +70,14 @@ def summary_lines(rollout: dict, records: dict, failures: dict, processed: set) 
     return [head] + lines + (["", *notes] if notes else []) + (["", *tail] if tail else [])
 
 
+def failure_message(result: dict) -> str:
+    """A failed task's message; for a loop, the first failed item's (not "One or more items failed")."""
+    for item in result.get("results") or []:
+        if isinstance(item, dict) and item.get("failed") and item.get("msg"):
+            return str(item["msg"])
+    return str(result.get("msg", "failed"))
+
+
 class CallbackModule(CallbackBase):
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "aggregate"
@@ -82,7 +90,7 @@ class CallbackModule(CallbackBase):
 
     def v2_runner_on_failed(self, result, ignore_errors=False):
         if not ignore_errors:
-            self._failures[result._host.get_name()] = result._result.get("msg", "failed")
+            self._failures[result._host.get_name()] = failure_message(result._result)
 
     def v2_runner_on_unreachable(self, result):
         self._failures[result._host.get_name()] = "unreachable: " + str(result._result.get("msg", ""))

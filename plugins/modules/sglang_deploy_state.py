@@ -18,9 +18,10 @@ description:
     be switched, and why. Read-only.
   - O(step=restore) plans what a failed switch restores (the known-good copy, else the baseline variant rendered from
     the table) and how the restored service is gated (its own URL and C(--config) file). Read-only.
-  - O(step=record) composes the deploy record, appends it to C(history.jsonl) (root only), clears the switch marker
-    unless the rollback failed, removes this run's staging directory and keeps only the newest O(keep_attempts)
-    attempt directories.
+  - O(step=record) composes the deploy record, empties C(staging/) (run under the host's deploy lock, it holds only this
+    run's files and those of killed runs), and with O(history) appends the
+    record to C(history.jsonl) (root only), clears the switch marker unless the rollback failed and keeps only the
+    newest O(keep_attempts) attempt directories.
 author:
   - inferops.sglang contributors (@inferops)
 attributes:
@@ -88,7 +89,9 @@ options:
     type: int
     default: 20
   history:
-    description: Append the record to C(history.jsonl), clear the marker and prune (O(step=record)); V(false) only composes it.
+    description:
+      - Append the record to C(history.jsonl), clear the marker and prune (O(step=record)); V(false) composes it and removes
+        C(staging/) only (an unchanged host).
     type: bool
     default: true
 """
@@ -232,7 +235,18 @@ def _record(module: AnsibleModule) -> dict:
     except _deploy.DeployStateError as exc:
         module.fail_json(msg=f"deploy record: {exc}")
     result = {"record": rec, "summary": _deploy.summary_text(rec, p["service_dir"]), "pruned": [], "changed": False}
-    if not p["history"] or module.check_mode:
+    if module.check_mode:
+        return result
+    # The run holds the host's deploy lock: everything in staging/ is this run's
+    # scratch space or left by a run that was killed (or by the older shared layout).
+    staging = os.path.join(p["service_dir"], "staging")
+    for name in sorted(os.listdir(staging)) if os.path.isdir(staging) else []:
+        path = os.path.join(staging, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            os.unlink(path)
+    if not p["history"]:
         return result
     _append_line(os.path.join(p["service_dir"], "history.jsonl"), json.dumps(rec, sort_keys=False))
     result["changed"] = True
@@ -240,8 +254,6 @@ def _record(module: AnsibleModule) -> dict:
         marker = os.path.join(p["service_dir"], "switch.json")
         if os.path.exists(marker):
             os.unlink(marker)
-    if p["run_id"]:
-        shutil.rmtree(os.path.join(p["service_dir"], "staging", p["run_id"]), ignore_errors=True)
     attempts = os.path.join(p["service_dir"], "attempts")
     names = sorted(os.listdir(attempts)) if os.path.isdir(attempts) else []
     for name in _deploy.attempts_to_prune(names, p["keep_attempts"]):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ansible_collections.inferops.sglang.plugins.callback.deploy_summary import summary_lines
+from ansible_collections.inferops.sglang.plugins.callback.deploy_summary import failure_message, summary_lines
 
 ROLLOUT = {"variant": "balanced", "hosts": ["fleet-01", "fleet-02", "fleet-03", "fleet-04", "fleet-05"],
            "canary": 1, "batch": "25%", "max_fail_percentage": 0}
@@ -51,3 +51,12 @@ def test_failed_rollback_and_preflight_refusal_stand_out():
 def test_a_single_host_that_switched_has_no_tail():
     lines = summary_lines(dict(ROLLOUT, hosts=["ct200"]), {"ct200": record("switched", "shadow-balanced")}, {}, {"ct200"})
     assert len(lines) == 3 and lines[-1].startswith("ct200  switched")
+
+
+def test_a_failed_loop_reports_its_failed_item():
+    """The preflight's argument checks run in a loop: the refusal, not "One or more items failed"."""
+    result = {"msg": "One or more items failed", "results": [
+        {"failed": False, "msg": "ok"},
+        {"failed": True, "msg": "SGLang 0.5.11 refuses variant cpu-ngram: Ngram speculative decoding only supports CUDA device."}]}
+    assert failure_message(result).startswith("SGLang 0.5.11 refuses variant cpu-ngram")
+    assert failure_message({"msg": "plain"}) == "plain" and failure_message({}) == "failed"

@@ -26,7 +26,7 @@ def layout(tmp_path):
 
 
 def run(capsys, **args):
-    code, result, _ = run_module(sglang_deploy_state.main, capsys, args)
+    code, result = run_module(sglang_deploy_state.main, capsys, args)[:2]
     return code, result
 
 
@@ -73,6 +73,8 @@ def test_restore_plans_the_baseline_on_a_first_deploy(tmp_path, capsys):
 def test_record_appends_clears_the_marker_prunes_and_removes_staging(tmp_path, capsys):
     state, files = layout(tmp_path)
     (state / "switch.json").write_text("{}")
+    (state / "staging/killed-run").mkdir()
+    (state / "staging/sglang-qwen.service").write_text("the older shared layout")
     for day in range(1, 5):
         (state / f"attempts/202612{day:02d}T000000Z-shadow").mkdir()
     code, result = run(capsys, step="record", service_dir=str(state), run_id="run1", keep_attempts=2,
@@ -81,7 +83,7 @@ def test_record_appends_clears_the_marker_prunes_and_removes_staging(tmp_path, c
     lines = (state / "history.jsonl").read_text().splitlines()
     assert json.loads(lines[-1])["run_id"] == "run1"
     assert stat.S_IMODE(os.stat(state / "history.jsonl").st_mode) == 0o600
-    assert not (state / "switch.json").exists() and not (state / "staging/run1").exists()
+    assert not (state / "switch.json").exists() and os.listdir(state / "staging") == []
     assert sorted(os.listdir(state / "attempts")) == ["20261203T000000Z-shadow", "20261204T000000Z-shadow"]
     assert result["pruned"] == ["20261201T000000Z-shadow", "20261202T000000Z-shadow"]
 
@@ -96,17 +98,18 @@ def test_a_failed_rollback_keeps_the_marker(tmp_path, capsys):
 
 
 def test_an_impossible_record_fails(tmp_path, capsys):
-    state, _ = layout(tmp_path)
+    state = layout(tmp_path)[0]
     code, result = run(capsys, step="record", service_dir=str(state), run_id="run1",
                        fields={"variant": "shadow", "outcome": "rolled_back", "verdict": {}, "rollback": {"ready": False}})
     assert code == 1 and "rollback_failed" in result["msg"] and not (state / "history.jsonl").exists()
 
 
 def test_unchanged_is_composed_but_not_written(tmp_path, capsys):
-    state, _ = layout(tmp_path)
+    state = layout(tmp_path)[0]
     code, result = run(capsys, step="record", service_dir=str(state), run_id="run1", history=False,
                        fields={"variant": "nextn", "outcome": "unchanged", "verdict": {"ready": True}})
     assert code == 0 and not result["changed"] and not (state / "history.jsonl").exists()
+    assert not (state / "staging/run1").exists()
     assert result["record"]["running"] == "nextn"
 
 
