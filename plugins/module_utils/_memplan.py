@@ -206,10 +206,11 @@ def release(version: tuple[int, int, int]) -> dict:
         # decode CUDA graph batch for GPUs under 35 GiB (tp < 4, tp >= 4)
         "small_gpu_graph_bs": (48, 160) if version >= (0, 5, 23) else (24, 80),
         # hybrid linear-attention models with speculative decoding and radix cache on:
-        # 0.5.9 turns radix cache off; 0.5.11 refuses to start ("not compatible with radix
-        # cache when using --mamba-scheduler-strategy no_buffer"); 0.5.14 keeps it with
-        # the extra_buffer strategy and sizes slots and speculative states together
-        "hybrid_spec_radix": "off" if version < (0, 5, 11) else ("refuse" if version < (0, 5, 14) else "extra_buffer"),
+        # 0.5.9 turns radix cache off; 0.5.10 to 0.5.13 refuse to start ("not compatible with
+        # radix cache when using --mamba-scheduler-strategy no_buffer": 0.5.10.post1
+        # srt/server_args.py:2207, 0.5.11 :2452-2456); 0.5.14 keeps it with the
+        # extra_buffer strategy and sizes slots and speculative states together
+        "hybrid_spec_radix": "off" if version < (0, 5, 10) else ("refuse" if version < (0, 5, 14) else "extra_buffer"),
         "mamba_joint_solve": version >= (0, 5, 14),
         "mamba_padding_slot": version >= (0, 5, 23),
         # max_running_requests given: capped by tokens // 2 (0.5.14), by the estimate (0.5.11), not at all (0.5.9)

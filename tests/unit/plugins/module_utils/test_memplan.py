@@ -221,6 +221,14 @@ def test_nextn_with_radix_cache_on_0_5_11_is_planned_as_the_fix_and_warned():
     assert via_extra["max_total_tokens"] == fixed["max_total_tokens"] and not via_extra["warnings"]
 
 
+@pytest.mark.parametrize("version,refused", [("0.5.9", False), ("0.5.10", True), ("0.5.13", True), ("0.5.14", False)])
+def test_which_releases_refuse_radix_cache_with_speculative_decoding(version, refused):
+    """0.5.10.post1 srt/server_args.py:2207 already refuses it, as 0.5.11 :2452-2456 and 0.5.13 do; 0.5.9 turns
+    radix cache off by itself and 0.5.14 keeps it with extra_buffer: no warning there."""
+    result = plan_qwen("nextn", version=version, disable_radix_cache=False)
+    assert any("refuses speculative decoding on a hybrid model" in w for w in result["warnings"]) is refused
+
+
 def test_extra_buffer_on_0_5_11_keeps_radix_cache_with_five_slots_per_request():
     """handle_max_mamba_cache (0.5.11 model_runner_kv_cache_mixin.py:77-131): speculative states for
     max_running_requests first, then slots = rest * r / (1 + r) // per_req (r = 0.9); _calculate_mamba_ratio
