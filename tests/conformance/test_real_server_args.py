@@ -29,7 +29,6 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 import yaml
@@ -302,9 +301,9 @@ def test_the_module_on_real_sglang(real, capsys, monkeypatch, release, name, ref
 def test_time(answers, simulator):
     """One harness call per argv, for the report: real (import of sglang included) and the simulator."""
     for release in RELEASES:
-        real_seconds = sorted(a["seconds"] for (n, r), a in answers.items() if r == release)
-        sim_seconds = sorted(run_harness(sys.executable, answers[("cpu", release)]["argv"], simulator[release])["seconds"]
-                             for _ in range(3))
+        real_seconds = sorted(a["seconds"] for (_name, r), a in answers.items() if r == release)
+        argv = answers[("cpu", release)]["argv"]
+        sim_seconds = sorted(run_harness(sys.executable, argv, simulator[release])["seconds"] for _attempt in range(3))
         print(f"harness on real {release}: min {real_seconds[0]:.1f} s, median {real_seconds[len(real_seconds) // 2]:.1f} s, "
               f"max {real_seconds[-1]:.1f} s over {len(real_seconds)} argvs (two at a time); "
               f"simulator {release}: {sim_seconds[1]:.2f} s")
