@@ -92,6 +92,8 @@ VARIANTS = {
     "cpu-small": {"0.5.11": None, "0.5.23": None},
     # 0.5.16+ let NGRAM run on CPU (0.5.23 arg_groups/speculative_hook.py:1286-1290)
     "cpu-ngram": {"0.5.11": NGRAM_0_5_11, "0.5.23": None},
+    # accepted by both; its server then dies while it starts (triton finds no GPU driver): the gate's to find
+    "cpu-triton": {"0.5.11": None, "0.5.23": None},
 }
 EXTRA = {  # id: (argv after the CPU flags, {release: expected})
     "unknown-flag": (["--no-such-flag"], {"0.5.11": UNKNOWN_FLAG, "0.5.23": UNKNOWN_FLAG}),
