@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """Read-only probe of the fault matrix (molecule/deploy/faults.yml): the TRUE state of
 sglang-qwen.service on this lab host, as JSON on stdout.
 
