@@ -83,9 +83,9 @@ def exec_start(text: str | None) -> list[str]:
 
 
 def main() -> None:
-    show = dict(line.split("=", 1) for line in run("systemctl", "show", SERVICE, "-p", "ActiveState",
-                                                       "-p", "SubState", "-p", "MainPID", "-p", "LoadState",
-                                                       "-p", "NRestarts", "-p", "Result").splitlines() if "=" in line)
+    shown = run("systemctl", "show", SERVICE, "-p", "ActiveState", "-p", "SubState", "-p", "MainPID",
+                "-p", "LoadState", "-p", "NRestarts", "-p", "Result")
+    show = dict(line.split("=", 1) for line in shown.splitlines() if "=" in line)
     unit_text = read(UNIT)
     unit_argv = exec_start(unit_text)
     pid = int(show.get("MainPID", "0") or 0)
