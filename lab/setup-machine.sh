@@ -11,6 +11,8 @@ done
 command -v dpkg-scanpackages >/dev/null 2>&1 || need+=(dpkg-dev)
 command -v gpg >/dev/null 2>&1 || need+=(gnupg)
 command -v gcc >/dev/null 2>&1 || need+=(gcc)
+# molecule/deploy's fault matrix deploys over SSH with pipelining (podman exec has none)
+command -v ssh >/dev/null 2>&1 || need+=(openssh-client)
 if ((${#need[@]})); then
   echo "installing: ${need[*]}" >&2
   apt-get update -qq
