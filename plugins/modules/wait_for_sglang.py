@@ -379,6 +379,9 @@ def main() -> None:
             api_key = readiness.api_key_from_config(p["api_key_file"])
         except (OSError, ValueError) as exc:
             module.fail_json(msg=f"api_key_file {p['api_key_file']}: {exc}")
+        if api_key:
+            # masked in everything the module returns, as the no_log api_key is
+            module.no_log_values.add(api_key)
     client = readiness.Client(p["url"], api_key, p["validate_certs"], p["request_timeout"])
     gate = readiness.Gate(
         client, watcher, timeout=p["timeout"], interval=p["interval"], model=p["model"], prompt=p["prompt"],

@@ -74,6 +74,24 @@ def test_not_ready_fails_the_task_with_the_verdict(capsys, server):
     assert result["msg"].startswith(f"http://127.0.0.1:{port} refused the request")
 
 
+def test_the_key_of_the_servers_own_config_file_wins_over_api_key(capsys, server, tmp_path):
+    """A restored service is gated with the key of its own --config file (the role's
+    rollback after a key change), not with this run's api_key; a file without a key
+    means no key, which this server refuses."""
+    proc, port, log = server
+    config = tmp_path / "sglang-qwen.yaml"
+    config.write_text('# managed\napi-key: "s3cret-key"\n')
+    rc, result, raw = run_module(capsys, url=f"http://127.0.0.1:{port}", api_key="the-new-key", api_key_file=str(config),
+                                 pid=proc.pid, settle=0.2, interval=0.2, timeout=30)
+    assert rc == 0 and result["ready"] is True and "s3cret-key" not in raw
+    config.write_text("# managed\n{}\n")
+    rc, result, raw = run_module(capsys, url=f"http://127.0.0.1:{port}", api_key="s3cret-key", api_key_file=str(config),
+                                 pid=proc.pid, timeout=30)
+    assert rc == 1 and result["failure"] == "unauthorized"
+    rc, result, raw = run_module(capsys, url=f"http://127.0.0.1:{port}", api_key_file=str(tmp_path / "absent.yaml"), pid=proc.pid)
+    assert rc == 1 and result["msg"].startswith(f"api_key_file {tmp_path / 'absent.yaml'}:")
+
+
 def test_another_process_on_the_port_fails_port_taken_and_gets_nothing(capsys, server):
     """The fake server answers like SGLang, but the watched process is another one (a
     `sleep`, as in the impostor report): port_taken, and no request reached the listener."""
