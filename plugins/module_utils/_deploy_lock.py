@@ -151,7 +151,8 @@ def contention_message(record: dict, host: str, waited: float, path: str,
     service = record.get("service") or "the service"
     return (f"{service} on {host} is being deployed by {describe(record)}; waited {int(waited)} s ({timeout_name}). "
             f"The lock is {path} (run {record['run_id']}, lease until {utc_iso(record['expires'])}); it is freed when "
-            f"that deploy ends or its lease runs out; if that deploy is gone, take_over_run_id={record['run_id']} takes it over.")
+            f"that deploy ends or its lease runs out; if that deploy is gone, take_over_run_id={record['run_id']} "
+            f"(deploy.yml: -e sglang_service_lock_take_over={record['run_id']}) takes it over.")
 
 
 def ensure_dir(path: str) -> bool:
