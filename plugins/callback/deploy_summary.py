@@ -46,7 +46,7 @@ def summary_lines(rollout: dict, records: dict, failures: dict, processed: set) 
         record = records.get(host)
         if record:
             rows.append((host, *_deploy.summary_row(record)))
-            if record.get("outcome") not in _deploy.HEALTHY[:2]:
+            if record.get("outcome") not in ("switched", "unchanged"):  # a note for each host that did not get the variant
                 notes.append(f"{host}: {_short((record.get('verdict') or {}).get('msg'))}")
         elif host in failures:
             rows.append((host, OUTCOMES["failed_before_switching"], "unchanged", "-", "-"))
