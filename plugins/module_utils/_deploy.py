@@ -44,11 +44,25 @@ HEALTHY = ("switched", "unchanged", "rolled_back")
 # The record's keys, in order (history.jsonl, set_stats inferops_deploy).
 RECORD_KEYS = ("time", "host", "service", "run_id", "variant", "from", "params", "argv", "sglang_version",
                "ddtree_build", "memory_plan", "gpu_devices", "repaired_interrupted_run", "lock", "outcome", "running",
-               "verdict", "restore", "rollback", "attempt", "controller_user")
-VERDICT_KEYS = ("ready", "phase", "failure", "cause", "cause_line", "evidence", "elapsed", "since_start", "generation",
-                "msg")
+               "verdict", "plan_check", "restore", "rollback", "attempt", "controller_user")
+VERDICT_KEYS = ("ready", "phase", "failure", "cause", "cause_line", "evidence", "elapsed", "since_start", "stage",
+                "generation", "server", "msg")
 PLAN_KEYS = ("fits", "binding", "reason", "mem_fraction_static", "mem_fraction_static_range", "max_total_tokens",
-             "full_context_requests", "max_running_requests", "sglang_version")
+             "full_context_requests", "max_running_requests", "chunked_prefill_size", "cuda_graph_max_bs",
+             "context_length", "sglang_version")
+# The planner's figures against what the ready server resolved (the gate's /server_info
+# figures): (plan key, server key, how far apart they may be). A relative tolerance for
+# the counts (the planner rounds its estimates of activations and graphs), an absolute one
+# for the fraction, none for what must be equal.
+PLAN_TOLERANCE = 0.10
+_PLAN_FIGURES = (("max_total_tokens", "max_total_tokens", "relative"),
+                 ("max_running_requests", "max_running_requests", "relative"),
+                 ("chunked_prefill_size", "chunked_prefill_size", "exact"),
+                 ("cuda_graph_max_bs", "cuda_graph_max_bs", "exact"),
+                 ("mem_fraction_static", "mem_fraction_static", "absolute"),
+                 ("context_length", "context_length", "exact"),
+                 ("sglang_version", "version", "exact"))
+_MFS_TOLERANCE = 0.01
 DDTREE_KEYS = ("state", "build_id", "source", "sglang_version", "applied_at", "applied_by", "reverted_at", "reverted_by")
 
 
@@ -171,6 +185,38 @@ def verdict(result: dict | None, outcome_name: str, failed_task: str | None = No
     return out
 
 
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def plan_check(plan: dict | None, server: dict | None, tolerance: float = PLAN_TOLERANCE) -> dict | None:
+    """The planner's figures beside the server's own, and which differ by more
+    than their tolerance; None when either side is missing (no plan, not ready,
+    /server_info not answered)."""
+    if not plan or not server:
+        return None
+    server = dict(server)
+    graphs = server.get("cuda_graph_bs")
+    server["cuda_graph_max_bs"] = max(graphs) if isinstance(graphs, list) and graphs else (0 if graphs == [] else None)
+    figures, differs = {}, []
+    for plan_key, server_key, kind in _PLAN_FIGURES:
+        planned, actual = plan.get(plan_key), server.get(server_key)
+        if planned is None or actual is None:
+            continue
+        if kind == "exact" or not (_number(planned) and _number(actual)):
+            off = str(planned) != str(actual)
+        elif kind == "absolute":
+            off = abs(actual - planned) > _MFS_TOLERANCE
+        else:
+            off = abs(actual - planned) > tolerance * abs(planned)
+        figures[plan_key] = {"planned": planned, "server": actual}
+        if off:
+            differs.append(plan_key)
+    text = "; ".join(f"{k}: planned {figures[k]['planned']}, server {figures[k]['server']}" for k in differs)
+    return {"tolerance": tolerance, "figures": figures, "differs": differs,
+            "msg": f"the server resolved other figures than planned ({text})" if differs else "the server resolved the planned figures"}
+
+
 def record(fields: dict) -> dict:
     """The deploy record (history.jsonl and set_stats), every key of
     RECORD_KEYS. ``fields`` holds them raw: ``verdict`` as the gate returned it,
@@ -188,6 +234,9 @@ def record(fields: dict) -> dict:
     out["memory_plan"] = None if not plan else dict(_pick(plan, PLAN_KEYS), override=plan.get("fits") is False)
     out["ddtree_build"] = _pick(fields.get("ddtree_build"), DDTREE_KEYS)
     out["verdict"] = verdict(fields.get("verdict"), name, fields.get("failed_task"))
+    tolerance = fields.get("plan_tolerance")
+    out["plan_check"] = plan_check(plan, out["verdict"].get("server"),
+                                   PLAN_TOLERANCE if tolerance is None else float(tolerance))
     out["running"] = running(name, fields.get("variant"), rollback, bool((fields.get("verdict") or {}).get("ready")))
     out["repaired_interrupted_run"] = bool(fields.get("repaired_interrupted_run"))
     return out

@@ -235,6 +235,10 @@ def _record(module: AnsibleModule) -> dict:
     except _deploy.DeployStateError as exc:
         module.fail_json(msg=f"deploy record: {exc}")
     result = {"record": rec, "summary": _deploy.summary_text(rec, p["service_dir"]), "pruned": [], "changed": False}
+    check = rec.get("plan_check") or {}
+    if check.get("differs"):
+        module.warn(f"{rec.get('host')}: {rec.get('variant')}: {check['msg']} (tolerance {check['tolerance']:.0%}): "
+                    "the memory plan does not describe this server; check the planner's inputs for this release")
     if module.check_mode:
         return result
     # The run holds the host's deploy lock: everything in staging/ is this run's

@@ -114,6 +114,41 @@ def test_switched_record_runs_the_variant_and_keeps_only_the_schema():
     assert rec["ddtree_build"] == {"state": "applied", "build_id": "x" * 64}
 
 
+PLAN = {"fits": True, "max_total_tokens": 197762, "max_running_requests": 16, "chunked_prefill_size": 2048,
+        "cuda_graph_max_bs": 16, "mem_fraction_static": 0.88, "context_length": 131072, "sglang_version": "0.5.11"}
+SERVER = {"version": "0.5.11", "max_total_tokens": 197000, "max_running_requests": 16, "chunked_prefill_size": 2048,
+          "mem_fraction_static": 0.88, "context_length": 131072, "cuda_graph_bs": [1, 2, 4, 8, 12, 16]}
+
+
+def test_plan_check_within_tolerance_differs_in_nothing():
+    check = _deploy.plan_check(PLAN, SERVER)
+    assert check["differs"] == [] and check["figures"]["max_total_tokens"] == {"planned": 197762, "server": 197000}
+    assert check["figures"]["cuda_graph_max_bs"] == {"planned": 16, "server": 16}
+
+
+@pytest.mark.parametrize("server, differs", [
+    ({"max_total_tokens": 150000}, ["max_total_tokens"]),  # 24% fewer tokens than planned
+    ({"max_running_requests": 48}, ["max_running_requests"]),
+    ({"chunked_prefill_size": 4096}, ["chunked_prefill_size"]),  # 0.5.23's default for a 20-35 GiB GPU
+    ({"mem_fraction_static": 0.85}, ["mem_fraction_static"]),
+    ({"cuda_graph_bs": [1, 2, 4, 8]}, ["cuda_graph_max_bs"]),
+    ({"version": "0.5.23"}, ["sglang_version"]),
+])
+def test_plan_check_names_each_figure_beyond_tolerance(server, differs):
+    check = _deploy.plan_check(PLAN, {**SERVER, **server})
+    assert check["differs"] == differs
+    assert check["msg"].startswith("the server resolved other figures than planned (" + differs[0] + ": planned ")
+
+
+def test_plan_check_needs_both_sides_and_the_record_keeps_it():
+    assert _deploy.plan_check(PLAN, None) is None and _deploy.plan_check(None, SERVER) is None
+    rec = _deploy.record(fields("switched", memory_plan=PLAN, verdict={"ready": True, "server": {**SERVER, "max_total_tokens": 1}}))
+    assert rec["plan_check"]["differs"] == ["max_total_tokens"] and rec["verdict"]["server"]["max_total_tokens"] == 1
+    loose = _deploy.record(fields("switched", memory_plan=PLAN, plan_tolerance=1.0,
+                                  verdict={"ready": True, "server": {**SERVER, "max_total_tokens": 1}}))
+    assert loose["plan_check"]["differs"] == []
+
+
 def test_rolled_back_record_runs_the_restored_variant():
     rec = _deploy.record(fields("rolled_back", rollback={"variant": "nextn", "ready": True}))
     assert rec["running"] == "nextn" and rec["verdict"]["failure"] == "unit_failed"
