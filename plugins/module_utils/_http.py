@@ -58,9 +58,9 @@ class _Deadline(Exception):
 def finite_seconds(name: str, value: object, minimum_exclusive: float = 0.0) -> float:
     """``value`` as float seconds, refusing what would never expire (NaN, inf)
     or expire at once (at or below ``minimum_exclusive``): NaN compares false
-    with everything, so a plain ``<= 0`` check lets it through."""
+    with everything, so a plain ``<= 0`` check would let it through."""
     seconds = _finite(name, value)
-    if not seconds > minimum_exclusive:
+    if seconds <= minimum_exclusive:
         raise ValueError(f"{name} must be a finite number of seconds greater than {minimum_exclusive:g}, got {value!r}")
     return seconds
 
@@ -200,8 +200,8 @@ class _DeadlineSocket:
 
 
 class _Connection(http.client.HTTPConnection):
-    """http.client's connection with its own connect: each address tried and
-    the TLS handshake done within the time left, no longer each."""
+    """http.client's connection with its own connect: the addresses tried and
+    the TLS handshake share the call's deadline instead of a fresh timeout each."""
 
     def __init__(self, host: str, port: int, limit: float, tls: ssl.SSLContext | None) -> None:
         super().__init__(host, port)
@@ -221,6 +221,7 @@ class _Connection(http.client.HTTPConnection):
         return left
 
     def elapsed(self) -> float:
+        """Seconds since the call started: the Response's latency."""
         return time.monotonic() - self.started
 
     def progress(self) -> str:
@@ -309,6 +310,7 @@ def _tls_context(validate_certs: bool) -> ssl.SSLContext:
 
 
 def _size(n: int) -> str:
+    """The cap as the option would be written: whole MiB, else bytes."""
     mib = 1024 * 1024
     return f"{n // mib} MiB" if n % mib == 0 else f"{n} bytes"
 

@@ -44,7 +44,7 @@ class Server:
     def _serve(self) -> None:
         while not self.stop.is_set():
             try:
-                conn, _ = self.sock.accept()
+                conn = self.sock.accept()[0]
             except OSError:
                 return
             threading.Thread(target=self._one, args=(conn,), daemon=True).start()
@@ -73,10 +73,10 @@ def _read_request(conn: socket.socket) -> bytes:
         if not chunk:
             return data
         data += chunk
-    head, _, rest = data.partition(b"\r\n\r\n")
+    head, rest = data.split(b"\r\n\r\n", 1)
     length = 0
     for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
+        name, value = (line.split(b":", 1) + [b""])[:2]
         if name.strip().lower() == b"content-length":
             length = int(value)
     while len(rest) < length:
@@ -86,7 +86,8 @@ def _read_request(conn: socket.socket) -> bytes:
 
 def headers_of(request: bytes) -> dict[str, str]:
     head = request.split(b"\r\n\r\n", 1)[0].decode("latin-1").split("\r\n")[1:]
-    return {name.strip().lower(): value.strip() for name, _, value in (line.partition(":") for line in head)}
+    pairs = (line.split(":", 1) for line in head)
+    return {name.strip().lower(): value.strip() for name, value in pairs}
 
 
 def answer(status: str, body: bytes = b"", extra: str = "") -> bytes:
@@ -153,7 +154,7 @@ def test_post_sends_json_with_its_content_type(serve):
     server = serve(send(answer("200 OK", b'{"text": "Paris"}')))
     resp = client(server).call("POST", "/generate", {"text": "The capital", "sampling_params": {"max_new_tokens": 4}})
     assert resp.body == {"text": "Paris"}
-    head, _, body = server.requests[0].partition(b"\r\n\r\n")
+    head, body = server.requests[0].split(b"\r\n\r\n", 1)
     assert head.startswith(b"POST /generate ")
     assert headers_of(server.requests[0])["content-type"] == "application/json"
     assert json.loads(body) == {"text": "The capital", "sampling_params": {"max_new_tokens": 4}}
@@ -237,7 +238,7 @@ def test_the_key_is_in_no_message(serve):
 
 def drip_body(conn, stop) -> None:
     conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n")
-    for _ in range(100):
+    for sent in range(100):
         if stop.wait(0.3):
             return
         conn.sendall(b"x")
@@ -358,7 +359,7 @@ def test_300_mib_pushed_keeps_memory_near_the_cap(serve, framing, capsys):
         else:
             conn.sendall(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n")
             frame = block
-        for _ in range(300):
+        for pushed in range(300):
             conn.sendall(frame)
 
     server = serve(push)
