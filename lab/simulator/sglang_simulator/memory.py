@@ -118,6 +118,18 @@ def gpu_tier(gpu_mem_gib: float, tp: int) -> tuple[int, int]:
     return 16384, 512
 
 
+def capture_batch_sizes(max_bs: int, speculative: bool) -> list[int]:
+    """The decode batch sizes SGLang captures CUDA graphs for, up to max_bs (0.5.11
+    server_args.py:1497-1528, 0.5.23 arg_groups/cuda_graph_hook.py:500-531: the same
+    rule; speculative decoding pads less at small sizes)."""
+    if speculative:
+        sizes = [*range(1, 9), *range(10, 33, 2), *range(40, 65, 4), *range(72, 257, 8), *range(272, max_bs + 1, 16)]
+    else:
+        sizes = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16), *range(512, max_bs + 1, 32)]
+    sizes = [bs for bs in sizes if bs <= max_bs]
+    return sizes if max_bs in sizes else [*sizes, max_bs]
+
+
 def mamba_per_request_bytes(model: ModelSpec, tp: int) -> int:
     """Bytes of Gated DeltaNet state one request holds on one rank (SGLang's
     Mamba2StateShape: conv state in bf16, SSM state in float32)."""

@@ -37,12 +37,17 @@ from . import hardware as hw
 from . import memory
 from . import model as model_mod
 from . import radix
+from . import server_info
 from .args import ArgumentValidationError, build_parser, ddtree_build_installed, merge_config, parser_prog, resolve, server_config
 from .versions import DEFAULT_VERSION, Release, release as make_release
 
 # Libraries every SGLang start loads (sgl_kernel imports need the driver library).
 STARTUP_LIBRARIES = ("libcuda.so.1",)
-AUTH_EXEMPT = ("/health", "/health_generate", "/ready", "/metrics")
+# decide_request_auth: paths that need no key, matched by prefix (0.5.11 utils/auth.py:100;
+# /ready joins them in 0.5.20, utils/auth.py:101-105).
+AUTH_EXEMPT_PREFIXES = ("/health", "/metrics")
+# SGLANG_SIMULATOR_HANG=<stage>: hang silently in that stage (see Simulator.hang_point).
+HANG_STAGES = ("distributed", "weights", "cuda_graph")
 WORDS = (
     "the model answers with a steady stream of plain words so that every request "
     "returns the same text for the same prompt and the readiness gate can check "
@@ -79,9 +84,22 @@ def log(message: str, rank: int | None = None) -> None:
 
 
 def uvicorn_log(message: str) -> None:
-    """uvicorn's own loggers ("%(levelprefix)s %(message)s", no time stamp)."""
-    sys.stdout.write(message + "\n")
+    """uvicorn's own loggers, which SGLang reformats to "[%(asctime)s] %(levelprefix)s
+    %(message)s" (set_uvicorn_logging_configs, 0.5.11 utils/common.py:2450-2458):
+    the real 0.5.11 and 0.5.23 logs read "[2026-12-01 17:15:13] INFO:     Uvicorn running on ..."."""
+    sys.stdout.write(f"{_stamp()} {message}\n")
     sys.stdout.flush()
+
+
+def auth_exempt(release: Release, path: str) -> bool:
+    prefixes = AUTH_EXEMPT_PREFIXES + (("/ready",) if release.ready_skips_api_key else ())
+    return path.startswith(prefixes)
+
+
+def bearer_matches(header: str, key: str) -> bool:
+    """_check_bearer_token (0.5.11 utils/auth.py:107-114): "Bearer" in any case, one space."""
+    parts = header.split(" ", 1)
+    return len(parts) == 2 and parts[0].lower() == "bearer" and parts[1] == key
 
 
 def configure_logger(args: object) -> None:
@@ -187,6 +205,7 @@ class Simulator:
 
     def __init__(self, argv: list[str], prog: str) -> None:
         self.release: Release = make_release(emulated_version())
+        self.argv = list(argv)  # launch_command in /server_info (0.5.20+)
         self.ddtree = ddtree_build_installed()
         parser = build_parser(self.release, parser_prog(self.release, prog), self.ddtree)
         try:
@@ -199,6 +218,8 @@ class Simulator:
         self.hardware: hw.Hardware | None = None
         self.ledger = hw.Ledger(name=f"sglang::scheduler ({self.args.model_path})")
         self.ready = threading.Event()
+        self.unhealthy = False  # ServerStatus.UnHealthy after a failed /health (0.5.23 http_server.py:798)
+        self.last_gen_throughput = 0.0
         self.crashed = threading.Event()
         self.lock = threading.Lock()
         self.client_requests = 0
@@ -209,6 +230,7 @@ class Simulator:
         self.has_vision = False
         self.model_type: str | None = None
         self.architecture = ""
+        self.draft_arch = ""
 
     # -- time -----------------------------------------------------------------
     def sleep(self, seconds: float) -> None:
@@ -231,6 +253,15 @@ class Simulator:
         it for an error it has logged: a logged fatal error always kills the tree."""
         while True:
             time.sleep(3600)
+
+    def hang_point(self, stage: str) -> None:
+        """Called right after the line that enters ``stage`` is logged: with
+        SGLANG_SIMULATOR_HANG=<stage> (distributed, weights or cuda_graph) the process
+        stops there, silent, alive, holding what it has allocated, the port never bound.
+        An environment variable and not a hardware-file fault: the hardware file is the
+        host's and every case on the host reads it, a hang belongs to one unit."""
+        if os.environ.get("SGLANG_SIMULATOR_HANG", "").strip() == stage:
+            self.hang()
 
     # -- start-up -------------------------------------------------------------
     def start(self) -> None:
@@ -274,6 +305,7 @@ class Simulator:
             sys.exit(1)
         self.context_len = self.args.context_length or target.max_position_embeddings
         self.has_vision, self.model_type, self.architecture = target.has_vision, target.model_type, target.architecture
+        self.draft_arch = draft.architecture if draft else ""
         if self.context_len > target.max_position_embeddings:
             # 0.5.11 configs/model_config.py:456-476
             log(
@@ -288,9 +320,8 @@ class Simulator:
         ranks = self._rank_gpus()
         cfg = server_config(self.release, self.args)
         self.num_draft_tokens = cfg.num_draft_tokens or memory.default_num_draft_tokens(cfg.speculative_algorithm, draft)
-        # not logged from 0.5.21 (0.5.20 distributed/bootstrap.py:81, :164)
-        if self.release.version < (0, 5, 21):
-            log("Init torch distributed begin.", 0)
+        self._log_init_begin()
+        self.hang_point("distributed")
         self.sleep(2)
         for rank, gpu in enumerate(ranks):
             if gpu.lost:
@@ -310,14 +341,13 @@ class Simulator:
             for gpu in ranks
         )
         total_mib = min(gpu.memory_total_mib for gpu in ranks)
-        elapsed = 2.0
-        # 0.5.11 model_executor/model_runner.py:1236-1237
-        if self.release.version < (0, 5, 21):
-            log(f"Init torch distributed ends. elapsed={elapsed:.2f} s, mem usage={hw.CUDA_CONTEXT_MIB / 1024:.2f} GB", 0)
         for gpu in ranks:
             self.ledger.hold(gpu.index, hw.CUDA_CONTEXT_MIB)
+        self._log_init_end(2.0)
 
+        # 0.5.11 model_executor/model_runner.py:1290, 0.5.23 :1274
         log(f"Load weight begin. avail mem={free_mib / 1024:.2f} GB", 0)
+        self.hang_point("weights")
         weights_gib = target.weight_bytes / self.args.tp_size / memory.GIB
         if weights_gib > free_mib / 1024:
             self.die(
@@ -384,7 +414,26 @@ class Simulator:
             sys.exit(1)
         return gpus[: self.args.tp_size]
 
+    def _log_init_begin(self) -> None:
+        """0.5.11 model_executor/model_runner.py:1103 "Init torch distributed begin." (to
+        0.5.20, distributed/bootstrap.py:81); "Init parallel begin." from 0.5.21
+        (0.5.23 distributed/bootstrap.py:115)."""
+        log("Init parallel begin." if self.release.logs_init_parallel else "Init torch distributed begin.", 0)
+
+    def _log_init_end(self, elapsed: float) -> None:
+        """0.5.11 model_runner.py:1235-1238 names the elapsed time and the memory the
+        context took; from 0.5.21 "Init parallel ends." has the time only and "Memory
+        baseline taken." the memory (0.5.23 distributed/bootstrap.py:190, :219-222)."""
+        usage = hw.CUDA_CONTEXT_MIB / 1024
+        if self.release.logs_init_parallel:
+            log(f"Init parallel ends. elapsed={elapsed:.2f} s", 0)
+            log(f"Memory baseline taken. mem usage={usage:.2f} GB", 0)
+        else:
+            log(f"Init torch distributed ends. elapsed={elapsed:.2f} s, mem usage={usage:.2f} GB", 0)
+
     def _log_pools(self, plan: memory.MemoryPlan) -> None:
+        if not self.release.kv_cache_log_names_dtype:
+            log("Using KV cache dtype: torch.bfloat16", 0)  # 0.5.11 model_executor/model_runner.py:2256
         if plan.mamba_slots:
             log(
                 f"Mamba Cache is allocated. max_mamba_cache_size: {plan.mamba_slots}, "
@@ -393,48 +442,110 @@ class Simulator:
                 0,
             )
         half = plan.kv_gib / 2
-        # 0.5.11 mem_cache/memory_pool.py:735; 0.5.14+ names the dtype first (memory_pool.py:1023)
-        dtype = "dtype: torch.bfloat16, " if self.release.split_cuda_graph_flags else ""
+        # 0.5.11 mem_cache/memory_pool.py:735; from 0.5.13.post1 the dtype first (memory_pool.py:819)
+        dtype = "dtype: torch.bfloat16, " if self.release.kv_cache_log_names_dtype else ""
         log(f"{'KV Cache'} {'is allocated'}. {dtype}#tokens: {plan.max_total_tokens}, K size: {half:.2f} GB, V size: {half:.2f} GB", 0)
 
     def _free_after(self, plan: memory.MemoryPlan) -> float:
         return plan.headroom_gib - sum(s.gib for s in plan.dynamic)
 
     def _run_dynamic_stages(self, plan: memory.MemoryPlan, ranks: list[hw.Gpu], total_mib: int) -> None:
+        """The consumers after the pool, in SGLang's order; each graph stage is one or
+        more captures with SGLang's begin/end lines, the draft's weights the draft
+        runner's load lines (before 0.5.14)."""
         free = plan.headroom_gib
-        tp = len(ranks)
         for stage in plan.dynamic:
-            if stage.name in ("cuda_graph", "draft_cuda_graph"):
-                if self.release.split_cuda_graph_flags:
-                    # 0.5.14 model_executor/model_runner.py:2563-2565 (num_tokens_per_bs, bs);
-                    # 0.5.16 num_tokens_per_req; 0.5.23 cuda_graph_setup.py:759-761 moves bs to the end line
-                    per = "num_tokens_per_bs" if self.release.version < (0, 5, 16) else "num_tokens_per_req"
-                    bs = f"bs={plan.cuda_graph_max_bs}, "
-                    log(f"Capture {'decode'} {'cuda graph'} begin. backend={'full'}, {per}={self.num_draft_tokens}, "
-                        f"{bs if self.release.version < (0, 5, 23) else ''}avail mem={free:.2f} GB", 0)
-                else:  # 0.5.11 model_executor/model_runner.py:2779 (graph_backend["cuda"] == "cuda graph")
-                    log(f"Capture {'cuda graph'} begin. This can take up to several minutes. avail mem={free:.2f} GB", 0)
-                self.sleep(6)
-            elif stage.name == "draft_weights":
+            captures = self._captures(stage.name)
+            if stage.name == "draft_weights":
                 log(f"Load weight begin. avail mem={free:.2f} GB", 0)
                 self.sleep(stage.gib / 2.0 + 2)
-            if stage.name == plan.failed_stage:
-                self._fail_stage(stage, free, total_mib, ranks, tp)
-            free -= stage.gib
+            share = stage.gib / max(1, len(captures))
+            for index, capture in enumerate(captures):
+                self._log_capture_begin(capture, plan, free)
+                self.hang_point("cuda_graph")
+                self.sleep(6 / len(captures))
+                if index == 0 and stage.name == plan.failed_stage:
+                    self._fail_stage(stage, free, total_mib, ranks, len(ranks))
+                free -= share
+                self._log_capture_end(capture, plan, share, free)
+            if not captures:
+                if stage.name == plan.failed_stage:
+                    self._fail_stage(stage, free, total_mib, ranks, len(ranks))
+                free -= stage.gib
             for gpu in ranks:
                 self.ledger.hold(gpu.index, stage.gib * 1024)
-            if stage.name in ("cuda_graph", "draft_cuda_graph"):
-                if self.release.split_cuda_graph_flags:  # 0.5.14 model_executor/model_runner.py:2588-2590
-                    bs = f"bs={plan.cuda_graph_max_bs}, " if self.release.version >= (0, 5, 23) else ""
-                    log(f"Capture {'decode'} {'cuda graph'} end. {bs}elapsed={6.0:.2f} s, mem usage={stage.gib:.2f} GB, "
-                        f"avail mem={free:.2f} GB.", 0)
-                else:  # 0.5.11 model_executor/model_runner.py:2796-2799
-                    log(f"Capture {'cuda graph'} end. Time elapsed: {6.0:.2f} s. mem usage={stage.gib:.2f} GB. "
-                        f"avail mem={free:.2f} GB.", 0)
-            elif stage.name == "draft_weights":
+            if stage.name == "draft_weights":
                 # 0.5.11 model_executor/model_runner.py:1467-1474 (the draft's own runner)
-                log(f"Load weight end. elapsed={stage.gib / 2.0 + 2:.2f} s, type={'DraftModel'}, {''}"
+                log(f"Load weight end. elapsed={stage.gib / 2.0 + 2:.2f} s, type={self._draft_architecture()}, {''}"
                     f"avail mem={free:.2f} GB, mem usage={stage.gib:.2f} GB.", 0)
+
+    def _draft_architecture(self) -> str:
+        """type(self.model).__name__ of the draft runner: the draft checkpoint's
+        architecture, or for NEXTN on Qwen3.5/3.6 the MTP class SGLang swaps in
+        (0.5.11 configs/model_config.py:394, models/qwen3_5_mtp.py:382)."""
+        if self.draft_arch:
+            return self.draft_arch
+        return "Qwen3_5ForCausalLMMTP" if self.architecture == "Qwen3_5ForConditionalGeneration" else self.architecture
+
+    def _captures(self, stage: str) -> list[str]:
+        """The graph captures a stage logs: the target's ("target"); for an EAGLE-family
+        draft the worker's decode capture (only with more than one step) and its extend
+        capture (0.5.11 speculative/eagle_worker_v2.py:270-325, 0.5.23 :505-660); a
+        DFLASH-family draft is its own runner's one capture ("draft")."""
+        if stage == "cuda_graph":
+            return ["target"]
+        if stage != "draft_cuda_graph":
+            return []
+        if self.args.speculative_algorithm in memory.DFLASH_FAMILY:
+            return ["draft"]
+        steps = self.args.speculative_num_steps or 3
+        return (["draft decode"] if steps > 1 else []) + ["draft extend"]
+
+    def _phase_name(self, capture: str) -> str:
+        """capture_name of a model runner's decode capture: "target verify" under
+        speculative decoding, else "target decode" (0.5.14 model_runner.py:2550-2558)."""
+        return f"{capture} verify" if self.args.speculative_algorithm else f"{capture} decode"
+
+    def _log_capture_begin(self, capture: str, plan: memory.MemoryPlan, free: float) -> None:
+        bs = memory.capture_batch_sizes(plan.cuda_graph_max_bs, bool(self.args.speculative_algorithm))
+        backend = getattr(self.args, "cuda_graph_backend_decode", None) or "full"
+        per = "num_tokens_per_req" if self.release.capture_log_num_tokens_per_req else "num_tokens_per_bs"
+        if not self.release.capture_log_names_phase:
+            if capture in ("target", "draft"):  # 0.5.11 model_executor/model_runner.py:2778-2780
+                log(f"Capture {'cuda graph'} begin. This can take up to several minutes. avail mem={free:.2f} GB", 0)
+            else:  # 0.5.11 speculative/eagle_worker_v2.py:277, :317
+                log(f"Capture {capture} cuda graph begin. This can take up to several minutes. avail mem={free:.2f} GB", 0)
+        elif capture in ("target", "draft"):
+            # 0.5.14 model_runner.py:2562-2566; from 0.5.22 bs= is on the end line (0.5.23 cuda_graph_setup.py:758-762)
+            tokens = self.num_draft_tokens if self.args.speculative_algorithm else 1
+            shown = "" if self.release.capture_log_bs_at_end else f"bs={bs}, "
+            log(f"Capture {self._phase_name(capture)} {'CUDA graph'} begin. backend={backend}, {per}={tokens}, "
+                f"{shown}avail mem={free:.2f} GB", 0)
+        elif capture == "draft decode":  # 0.5.14 speculative/eagle_worker_v2.py:394-397, 0.5.23 :514-518
+            topk = self.args.speculative_eagle_topk or 1
+            log(f"Capture draft decode CUDA graph begin. backend={backend}, {per}={topk}, bs={bs}, avail mem={free:.2f} GB", 0)
+        else:  # 0.5.14 speculative/eagle_worker_v2.py:450-453, 0.5.23 :633-637
+            log(f"Capture draft extend CUDA graph begin. backend={backend}, {per}={self.num_draft_tokens}, "
+                f"bs={bs}, avail mem={free:.2f} GB", 0)
+
+    def _log_capture_end(self, capture: str, plan: memory.MemoryPlan, gib: float, free: float) -> None:
+        elapsed = 6.0
+        if not self.release.capture_log_names_phase:
+            if capture in ("target", "draft"):  # 0.5.11 model_executor/model_runner.py:2796-2799
+                log(f"Capture {'cuda graph'} end. Time elapsed: {elapsed:.2f} s. mem usage={gib:.2f} GB. "
+                    f"avail mem={free:.2f} GB.", 0)
+            else:  # 0.5.11 speculative/eagle_worker_v2.py:284, :324
+                log(f"Capture {capture} cuda graph end. Time elapsed: {elapsed:.2f} s. mem usage={gib:.2f} GB. "
+                    f"avail mem={free:.2f} GB.", 0)
+        elif capture in ("target", "draft"):
+            # 0.5.14 model_runner.py:2587-2591; 0.5.23 cuda_graph_setup.py:787-793 (bs=runner.capture_bs)
+            bs = memory.capture_batch_sizes(plan.cuda_graph_max_bs, bool(self.args.speculative_algorithm))
+            shown = f"bs={bs}, " if self.release.capture_log_bs_at_end else ""
+            log(f"Capture {self._phase_name(capture)} {'CUDA graph'} end. {shown}elapsed={elapsed:.2f} s, "
+                f"mem usage={gib:.2f} GB, avail mem={free:.2f} GB.", 0)
+        else:  # 0.5.14 speculative/eagle_worker_v2.py:404-408, :462-466; 0.5.23 :532-537, :653-658
+            log(f"Capture {capture} CUDA graph end. elapsed={elapsed:.2f} s, mem usage={gib:.2f} GB, "
+                f"avail mem={free:.2f} GB.", 0)
 
     def _fail_stage(self, stage: memory.Stage, free: float, total_mib: int, ranks: list[hw.Gpu], tp: int) -> None:
         """An out-of-memory after the pool: the rank that raised logs "Scheduler hit
@@ -585,13 +696,29 @@ class Simulator:
         threading.Thread(target=one_token, daemon=True).start()
         tic = time.time()
         if done.wait(limit):
+            self.unhealthy = False  # ServerStatus.Up (0.5.23 http_server.py:784)
             return 200
+        self.unhealthy = True
         log(
             "Health check failed. Server couldn't get a response from detokenizer for last "
             f"{int(limit)} seconds. tic start time: {time.strftime('%H:%M:%S', time.localtime(tic))}. "
             f"last_heartbeat time: {time.strftime('%H:%M:%S', time.localtime(tic))}"
         )
         return 503
+
+    def is_ready(self) -> bool:
+        """TokenizerManager.is_ready: warmup done (ServerStatus.Up) and no failed /health
+        since (0.5.20 managers/tokenizer_manager.py:672-678, 0.5.23 :728-734). The
+        simulator neither pauses nor drains, the other two conditions."""
+        return self.ready.is_set() and not self.unhealthy
+
+    def server_info(self) -> dict:
+        figures = {
+            "last_gen_throughput": self.last_gen_throughput,
+            "available_gib": self._free_after(self.plan) if self.plan else 0.0,
+            "avg_spec_accept_length": ACCEPT_LENGTH.get(self.args.speculative_algorithm or "") if self.ready.is_set() else None,
+        }
+        return server_info.build(self.release, self.args, self.plan, self.context_len, self.argv, figures)
 
     def generate(self, prompt: str, max_new_tokens: int, client: bool = True) -> dict:
         algorithm = self.args.speculative_algorithm
@@ -610,6 +737,7 @@ class Simulator:
         text = " " + " ".join(words)
         accept = ACCEPT_LENGTH.get(algorithm or "", 1.0)
         self.sleep(count * 0.02 / accept)
+        self.last_gen_throughput = round(count / (count * 0.02 / accept), 2)
         meta = {
             "id": uuid.uuid4().hex,
             "finish_reason": {"type": "length", "length": count},
@@ -650,11 +778,12 @@ def make_handler(sim: Simulator):
             self.wfile.write(data)
 
         def _authorized(self) -> bool:
+            """The API-key middleware runs before routing, so an unknown path without
+            the key is 401, not 404 (0.5.11 utils/auth.py:149-200)."""
             path = self.path.split("?", 1)[0]
-            if not sim.args.api_key or path in AUTH_EXEMPT:
+            if not sim.args.api_key or auth_exempt(sim.release, path):
                 return True
-            header = self.headers.get("Authorization", "")
-            return header == f"Bearer {sim.args.api_key}"
+            return bearer_matches(self.headers.get("Authorization", ""), sim.args.api_key)
 
         def _body(self) -> dict:
             length = int(self.headers.get("content-length") or 0)
@@ -675,8 +804,8 @@ def make_handler(sim: Simulator):
             elif path in ("/health", "/health_generate"):
                 self._send(sim.health())
             elif path == "/ready" and sim.release.has_ready_endpoint:
-                # 0.5.23 entrypoints/http_server.py:715-718: an empty 200/503
-                self._send(200 if sim.ready.is_set() else 503)
+                # 0.5.20 entrypoints/http_server.py:662-666, 0.5.23 :714-718: an empty 200/503
+                self._send(200 if sim.is_ready() else 503)
             elif path in ("/model_info", "/get_model_info"):
                 # 0.5.11 entrypoints/http_server.py:591-608
                 self._send(200, {
@@ -686,11 +815,7 @@ def make_handler(sim: Simulator):
                     "model_type": sim.model_type, "architectures": [sim.architecture] if sim.architecture else None,
                 })
             elif path in ("/server_info", "/get_server_info"):
-                info = {k: v for k, v in vars(sim.args).items() if k != "api_key"}
-                info.update(version=sim.release.text, simulator=True)
-                if sim.plan:
-                    info.update(max_total_num_tokens=sim.plan.max_total_tokens, max_running_requests=sim.plan.max_running_requests)
-                self._send(200, info)
+                self._send(200, sim.server_info())
             else:
                 self._send(404, {"detail": "Not Found"})
 

@@ -165,6 +165,82 @@ class Release:
             return ("cuda", "cpu")
         return ("cuda",)
 
+    @property
+    def ready_skips_api_key(self) -> bool:
+        # decide_request_auth lets /health*, /metrics* and, from 0.5.20, /ready* through
+        # without the key (0.5.11 utils/auth.py:100, 0.5.20 utils/auth.py:101-105).
+        return self.version >= (0, 5, 20)
+
+    # -- /server_info --------------------------------------------------------------
+    @property
+    def server_info_kv_events(self) -> bool:
+        # "kv_events": the publisher descriptor, from 0.5.13.post1 (http_server.py:656).
+        return self.version >= (0, 5, 13)
+
+    @property
+    def server_info_launch_command(self) -> bool:
+        # "launch_command": the command line as given, from 0.5.20 (http_server.py:840).
+        return self.version >= (0, 5, 20)
+
+    @property
+    def server_info_frontend(self) -> bool:
+        # "frontend": "python", from 0.5.21 (0.5.23 http_server.py:889).
+        return self.version >= (0, 5, 21)
+
+    @property
+    def internal_state_world_size(self) -> bool:
+        # state["world_size"] from 0.5.19 (0.5.23 scheduler_components/internal_state.py:67).
+        return self.version >= (0, 5, 19)
+
+    @property
+    def memory_usage_by_phase(self) -> bool:
+        # memory_usage["graph"] is a dict over GRAPH_MEMORY_USAGE_KEYS and gains
+        # startup_available / token_capacity_swa from 0.5.17
+        # (model_executor/graph_memory_usage.py:5-12, scheduler_components/memory_usage.py:15-41);
+        # before, one float rounded to 2 places (0.5.11 managers/scheduler.py:3372-3380).
+        return self.version >= (0, 5, 17)
+
+    @property
+    def internal_state_decode_graph_bs(self) -> bool:
+        # state["decode_cuda_graph_bs"], the decode batch sizes captured, from 0.5.21
+        # (0.5.23 scheduler_components/internal_state.py:93-104).
+        return self.version >= (0, 5, 21)
+
+    # -- start-up log ------------------------------------------------------------------
+    @property
+    def logs_init_parallel(self) -> bool:
+        # "Init parallel begin." / "Init parallel ends. elapsed=..." and "Memory baseline
+        # taken. mem usage=..." (0.5.23 distributed/bootstrap.py:115, :190, :220) replace
+        # "Init torch distributed begin." / "... ends. elapsed=..., mem usage=..." (0.5.11
+        # model_executor/model_runner.py:1103, :1236) from 0.5.21.
+        return self.version >= (0, 5, 21)
+
+    @property
+    def kv_cache_log_names_dtype(self) -> bool:
+        # "KV Cache is allocated. dtype: ..., #tokens: ..." from 0.5.13.post1
+        # (mem_cache/memory_pool.py:819); up to 0.5.12 a separate "Using KV cache
+        # dtype: ..." line first (0.5.11 model_executor/model_runner.py:2256, memory_pool.py:735).
+        return self.version >= (0, 5, 13)
+
+    @property
+    def capture_log_names_phase(self) -> bool:
+        # "Capture target verify CUDA graph begin. backend=..., ..." from 0.5.14
+        # (model_runner.py:2563-2565); up to 0.5.13 "Capture cuda graph begin. This can
+        # take up to several minutes. avail mem=..." (0.5.11 model_runner.py:2779).
+        return self.version >= (0, 5, 14)
+
+    @property
+    def capture_log_num_tokens_per_req(self) -> bool:
+        # num_tokens_per_bs= (0.5.14-0.5.15) becomes num_tokens_per_req= in 0.5.16
+        # (model_runner_components/cuda_graph_setup.py:312-315).
+        return self.version >= (0, 5, 16)
+
+    @property
+    def capture_log_bs_at_end(self) -> bool:
+        # the target's bs=[...] moves from the begin line to the end line in 0.5.22
+        # (0.5.23 model_runner_components/cuda_graph_setup.py:759-761, :788-792).
+        return self.version >= (0, 5, 22)
+
     # -- messages ------------------------------------------------------------------
     @property
     def graph_hint_names_decode_flags(self) -> bool:

@@ -252,7 +252,9 @@ def test_log_prefixes_are_sglangs(launch):
     lines = server.output().splitlines()
     # scheduler lines carry " TP<rank>" with --tp-size > 1 (0.5.11 managers/scheduler.py:3845-3857)
     assert any(re.match(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d TP0\] Load weight begin", x) for x in lines)
-    # the main process has none; uvicorn's lines have no time stamp
+    # the main process has none; uvicorn's lines get SGLang's "[time] " too (0.5.11 utils/common.py:2450-2458;
+    # the real 0.5.11 log: "[2026-12-01 17:15:13] INFO:     Uvicorn running on http://127.0.0.1:23111 (Press CTRL+C to quit)")
     assert any(re.match(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] The server is fired up and ready to roll!$", x) for x in lines)
-    assert any(x.startswith("INFO:     Uvicorn running on http://127.0.0.1:") for x in lines)
+    assert any(re.match(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] INFO:     Uvicorn running on http://127\.0\.0\.1:\d+ \(Press CTRL\+C to quit\)$", x)
+               for x in lines)
     assert not any("WARNING: " in x for x in lines)
