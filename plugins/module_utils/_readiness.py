@@ -25,21 +25,20 @@ from __future__ import annotations
 import collections
 import ipaddress
 import json
+import math
 import os
 import re
 import signal
 import socket
 import struct
 import time
-from http.client import HTTPException
 
-from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
 from ansible.module_utils.six.moves.urllib.parse import urlsplit
-from ansible.module_utils.urls import open_url
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _sglang_log as sglog
+from ansible_collections.inferops.sglang.plugins.module_utils._http import Client, Response
 
-PHASES = ("process", "http", "models", "health", "generation", "settled")
+PHASES = ("process", "http", "models", "health", "ready", "generation", "settled")
 FAILURES = (
     "unit_missing",
     "unit_failed",
@@ -47,7 +46,7 @@ FAILURES = (
     "unit_restarted",
     "process_exited",
     "port_taken",
-    "hung_after_error",
+    "stalled",
     "not_listening",
     "not_ready",
     "unauthorized",
@@ -157,6 +156,7 @@ class UnitWatcher(NoWatcher):
         self.cursor: str | None = None
         self.journal_error: str | None = None
         self.pid: int | None = None
+        self.seen_pids: set[int] = set()
 
     def _show(self) -> dict[str, str]:
         rc, out, err = self.run_command(["systemctl", "show", "--no-pager", "-p", ",".join(self.PROPS), self.unit])
@@ -223,6 +223,7 @@ class UnitWatcher(NoWatcher):
             self.base_pid = pid
         if pid:
             self.pid = pid
+            self.seen_pids.add(pid)
         if active == "failed":
             return Observation(False, "unit_failed", state, pid)
         if active == "activating" and sub == "auto-restart":
@@ -259,14 +260,29 @@ class UnitWatcher(NoWatcher):
         """This start's whole log, read again from the start rather than from
         the last cursor (a crashed server's last stream lines can be stored
         after systemd's own messages about its death), plus the lines carrying
-        the unit's SyslogIdentifier."""
+        the unit's SyslogIdentifier that the unit's own processes wrote (a
+        message sent to the syslog socket by a process that died at once can
+        lose its unit field; its PID is one the gate saw in the unit). Anything
+        else logged under that identifier (``logger -t sglang-qwen ...`` by any
+        local user) is not the server's and is never read."""
         lines, _cursor = self._journal(["-u", self.unit], None)
         ident = self.props.get("SyslogIdentifier")
         if ident:
-            lines += self._journal([f"SYSLOG_IDENTIFIER={ident}"], None)[0]
+            lines += self._journal([f"SYSLOG_IDENTIFIER={ident}"], None, trusted=self._own_entry)[0]
         return lines
 
-    def _journal(self, match: list[str], cursor: str | None) -> tuple[list[str], str | None]:
+    def _own_entry(self, entry: dict) -> bool:
+        """Whether a journal entry was written by this unit: journald's own
+        trusted fields (those starting with ``_``, which a client cannot set)
+        name the unit or one of its processes."""
+        if entry.get("_SYSTEMD_UNIT") == self.unit:
+            return True
+        try:
+            return int(entry.get("_PID") or 0) in self.seen_pids
+        except ValueError:
+            return False
+
+    def _journal(self, match: list[str], cursor: str | None, trusted=None) -> tuple[list[str], str | None]:
         argv = ["journalctl", *match, "-o", "json", "--no-pager", "-q"]
         start_us = None
         if cursor:
@@ -290,6 +306,8 @@ class UnitWatcher(NoWatcher):
             cursor = entry.get("__CURSOR", cursor)
             if start_us is not None and int(entry.get("__REALTIME_TIMESTAMP", 0)) < start_us - 2000:
                 continue
+            if trusted is not None and not trusted(entry):
+                continue
             message = entry.get("MESSAGE")
             if isinstance(message, list):  # journald stores non-UTF-8 messages as byte arrays
                 message = bytes(message).decode("utf-8", "replace")
@@ -306,6 +324,7 @@ class UnitWatcher(NoWatcher):
             for root in self.CGROUP_ROOTS:
                 pids = _cgroup_procs(root + group)
                 if pids is not None:
+                    self.seen_pids.update(pids)
                     return pids
         return descendants(self.pid) if self.pid else []
 
@@ -738,77 +757,99 @@ def api_key_from_config(path: str) -> str | None:
     return None
 
 
-class Response:
-    def __init__(self, status: int | None = None, body: object = None, error: str | None = None,
-                 kind: str = "ok", latency: float = 0.0) -> None:
-        self.status, self.body, self.error, self.kind, self.latency = status, body, error, kind, latency
+# -- start-up stages and their budgets ----------------------------------------
+#
+# Real SGLang dies after a fatal error (real-sglang.md); what it does not die of
+# is a hang that logs nothing: a torch.distributed / NCCL initialisation that
+# never completes, a CUDA graph capture with custom all-reduce that never
+# returns (upstream PR #11275), a weight load from a stalled network mount. The
+# gate follows the start-up stages from the server's own log lines
+# (_sglang_log.stage_of) and fails a start whose current stage has lasted longer
+# than its budget as ``stalled``, naming the stage and its last line, long before
+# the overall deadline. A stage's clock starts at the line that enters it; any
+# later milestone, the same stage entered again included (the draft model's own
+# weight load), restarts it.
+#
+# The defaults, in seconds, and why:
+#   starting     300  imports, argument resolution and the tokenizer: tens of seconds on a
+#                     GPU host; the rest is a hang before SGLang logs anything.
+#   distributed  600  torch.distributed's own default timeout (SGLang's --dist-timeout is
+#                     None by default, 0.5.11 srt/server_args.py:403): NCCL gives up then.
+#   weights      600  55.56 GB of Qwen3.6-27B weights at 100 MB/s (a slow network mount)
+#                     is 556 s; local NVMe or the page cache take seconds (the field's
+#                     first variant failed on its pool 33 s after start).
+#   memory_pool  120  sizing and allocating the KV and state pools: seconds.
+#   engine       600  between milestones (attention backends, kernels compiled just in
+#                     time on a first start): minutes at worst.
+#   cuda_graph   300  SGLang's own --watchdog-timeout for one forward batch (300 s,
+#                     0.5.11 srt/server_args.py:401); a capture of every batch size takes
+#                     one to three minutes.
+#   http         120  the tokenizer manager and uvicorn coming up: seconds.
+#   warmup       600  SGLang's own warmup request limit (SGLANG_WARMUP_TIMEOUT unset:
+#                     600 s, 0.5.11 srt/entrypoints/http_server.py:1952-1960).
+# 0 turns a stage's budget off. Stall detection needs the server's log: without
+# one (no unit, no log_file, an unreadable journal) only the deadline applies.
+STALL_BUDGETS = {"starting": 300.0, "distributed": 600.0, "weights": 600.0, "memory_pool": 120.0, "engine": 600.0,
+                 "cuda_graph": 300.0, "http": 120.0, "warmup": 600.0}
+# How often the progress file is rewritten while nothing new happens.
+_HEARTBEAT = 5.0
 
-    def describe(self) -> str:
-        if self.status is not None and self.kind == "http":
-            return f"HTTP {self.status}"
-        return self.error or self.kind
 
-
-class Client:
-    """HTTP to the server through Ansible's open_url, never through a proxy."""
-
-    def __init__(self, url: str, api_key: str | None, validate_certs: bool, request_timeout: float) -> None:
-        self.url = url.rstrip("/")
-        self.api_key = api_key
-        self.validate_certs = validate_certs
-        self.request_timeout = request_timeout
-
-    def call(self, method: str, path: str, body: dict | None = None, timeout: float | None = None,
-             auth: bool = True) -> Response:
-        """One request; ``auth=False`` leaves the API key out (a server not yet
-        proven to be the watched one)."""
-        headers = {"Accept": "application/json"}
-        data = None
-        if body is not None:
-            data = json.dumps(body).encode("utf-8")
-            headers["Content-Type"] = "application/json"
-        if self.api_key and auth:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        started = time.monotonic()
-        limit = max(0.1, min(self.request_timeout, timeout if timeout is not None else self.request_timeout))
+def stall_budgets(overrides: dict | None) -> dict[str, float]:
+    """STALL_BUDGETS with the caller's overrides; ValueError names a bad one."""
+    budgets = dict(STALL_BUDGETS)
+    for stage, value in (overrides or {}).items():
+        if stage not in STALL_BUDGETS:
+            raise ValueError(f"stall_budgets: unknown stage {stage!r} (stages: {', '.join(STALL_BUDGETS)})")
         try:
-            resp = open_url(self.url + path, data=data, headers=headers, method=method, use_proxy=False,
-                            timeout=limit, validate_certs=self.validate_certs, use_netrc=False,
-                            follow_redirects="none", http_agent="inferops.sglang-wait_for_sglang")
-            raw = resp.read()
-            return Response(resp.status if hasattr(resp, "status") else resp.getcode(), _json(raw), None, "ok",
-                            time.monotonic() - started)
-        except HTTPError as exc:
-            try:
-                raw = exc.read()
-            except (OSError, HTTPException):
-                raw = b""
-            return Response(exc.code, _json(raw), f"HTTP {exc.code} {exc.reason}", "http", time.monotonic() - started)
-        except URLError as exc:
-            return Response(None, None, *_classify_network(exc.reason), latency=time.monotonic() - started)
-        except (socket.timeout, TimeoutError) as exc:
-            return Response(None, None, f"no answer within {limit:.0f} s ({exc})", "timeout", time.monotonic() - started)
-        except (ConnectionError, HTTPException, OSError) as exc:
-            return Response(None, None, *_classify_network(exc), latency=time.monotonic() - started)
+            seconds = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"stall_budgets.{stage} must be a number of seconds, got {value!r}") from None
+        if not math.isfinite(seconds) or seconds < 0:
+            raise ValueError(f"stall_budgets.{stage} must be a finite number of seconds >= 0 (0: no budget), got {value!r}")
+        budgets[stage] = seconds
+    return budgets
 
 
-def _json(raw: bytes) -> object:
-    if not raw:
+# -- what the server says it runs (/server_info) ---------------------------------
+#
+# /server_info returns the resolved server arguments at its top level (the API
+# key among them: only the figures below are kept) and one dict per DP rank in
+# internal_states (0.5.11 and 0.5.23 srt/entrypoints/http_server.py get_server_info,
+# scheduler get_internal_state). Where each figure is, by release (both checked
+# against the real 0.5.11 and 0.5.23 servers on CPU):
+#   max_total_tokens       top max_total_num_tokens (internal memory_usage.token_capacity)
+#   max_running_requests   internal effective_max_running_requests_per_dp (x dp_size);
+#                          the top-level max_running_requests is the flag as given
+#   chunked_prefill_size, mem_fraction_static, context_length, version: top level
+#   cuda_graph_bs          0.5.11 top cuda_graph_bs; 0.5.23 internal decode_cuda_graph_bs;
+#                          [] when disable_cuda_graph is true
+
+
+def server_figures(info: object) -> dict | None:
+    """The resolved figures of a /server_info answer, or None when it is not one."""
+    if not isinstance(info, dict):
         return None
-    try:
-        return json.loads(raw.decode("utf-8", "replace"))
-    except ValueError:
-        return raw.decode("utf-8", "replace")[:500]
-
-
-def _classify_network(reason: object) -> tuple[str, str]:
-    if isinstance(reason, ConnectionRefusedError):
-        return "connection refused", "refused"
-    if isinstance(reason, (socket.timeout, TimeoutError)):
-        return f"timed out ({reason})", "timeout"
-    if isinstance(reason, (ConnectionResetError, BrokenPipeError, HTTPException)):
-        return f"connection dropped ({type(reason).__name__}: {reason})", "dropped"
-    return f"{type(reason).__name__}: {reason}", "error"
+    states = info.get("internal_states")
+    state = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else {}
+    usage = state.get("memory_usage") if isinstance(state.get("memory_usage"), dict) else {}
+    dp = info.get("dp_size") if isinstance(info.get("dp_size"), int) and info.get("dp_size") > 0 else 1
+    per_dp = state.get("effective_max_running_requests_per_dp")
+    running = per_dp * dp if isinstance(per_dp, int) else info.get("max_running_requests")
+    graphs = info.get("cuda_graph_bs")
+    if graphs is None:
+        graphs = state.get("decode_cuda_graph_bs", state.get("cuda_graph_bs"))
+    if info.get("disable_cuda_graph") is True:
+        graphs = []
+    return {
+        "version": info.get("version"),
+        "max_total_tokens": info.get("max_total_num_tokens") or usage.get("token_capacity"),
+        "max_running_requests": running,
+        "chunked_prefill_size": info.get("chunked_prefill_size"),
+        "mem_fraction_static": info.get("mem_fraction_static"),
+        "context_length": info.get("context_length"),
+        "cuda_graph_bs": graphs,
+    }
 
 
 # -- the gate -------------------------------------------------------------------
@@ -816,25 +857,32 @@ def _classify_network(reason: object) -> tuple[str, str]:
 class Gate:
     def __init__(self, client: Client, watcher, timeout: float, interval: float = 1.0, model: str | None = None,
                  prompt: str = "The capital city of France is", max_tokens: int = 16, endpoint: str = "generate",
-                 generations: int = 1, settle: float = 3.0, error_grace: float = 15.0, progress=None,
-                 check_listener: bool = True) -> None:
+                 generations: int = 1, settle: float = 3.0, progress=None, check_listener: bool = True,
+                 budgets: dict | None = None, progress_file: str | None = None) -> None:
         self.client, self.watcher = client, watcher
         self.check_listener = check_listener
         self.listener: Listener | None = None
         self.timeout, self.interval = timeout, interval
         self.model, self.prompt, self.max_tokens, self.endpoint = model, prompt, max_tokens, endpoint
-        self.generations_wanted, self.settle, self.error_grace = generations, settle, error_grace
+        self.generations_wanted, self.settle = generations, settle
+        self.budgets = stall_budgets(budgets)
         self.progress = progress or (lambda message: None)
+        self.progress_file = progress_file
         self.lines: collections.deque[str] = collections.deque(maxlen=_KEEP_LINES)
         self.phase = "process"
         self.phases: dict[str, float] = {}
         self.timeline: list[dict] = []
         self.models: list[str] = []
         self.generations: list[dict] = []
+        self.server: dict | None = None
         self.last: Response | None = None
-        self.fatal_at: float | None = None
+        self.stage: str | None = None
+        self.stage_since = 0.0
+        self.stage_line: str | None = None
+        self.stages: list[dict] = []
         self.started = 0.0
         self.settle_from = 0.0
+        self.written = 0.0
 
     # -- bookkeeping --
     def elapsed(self) -> float:
@@ -843,6 +891,35 @@ class Gate:
     def _event(self, text: str) -> None:
         self.timeline.append({"elapsed": self.elapsed(), "phase": self.phase, "event": text})
         self.progress(f"[{self.elapsed():.1f}s {self.phase}] {text}")
+        self._write_progress()
+
+    def status(self) -> dict:
+        """Where the gate is now: what the progress file holds."""
+        return {
+            "time": time.time(),
+            "elapsed": self.elapsed(),
+            "phase": self.phase,
+            "stage": self.stage,
+            "stage_elapsed": round(time.monotonic() - self.stage_since, 1) if self.stage else None,
+            "event": self.timeline[-1]["event"] if self.timeline else None,
+            "last_log_line": sglog.last_meaningful(list(self.lines)[-50:]),
+        }
+
+    def _write_progress(self) -> None:
+        """Rewrite the progress file (atomically, 0600: it can hold log lines);
+        best effort, a progress file that cannot be written never fails a gate."""
+        if not self.progress_file:
+            return
+        self.written = time.monotonic()
+        directory = os.path.dirname(os.path.abspath(self.progress_file))
+        temp = os.path.join(directory, f".{os.path.basename(self.progress_file)}.{os.getpid()}")
+        try:
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                json.dump(self.status(), handle)
+            os.replace(temp, self.progress_file)
+        except OSError:
+            return
 
     def _pass(self, phase: str, text: str) -> None:
         self.phases[phase] = self.elapsed()
@@ -850,16 +927,43 @@ class Gate:
         index = PHASES.index(phase)
         self.phase = PHASES[min(index + 1, len(PHASES) - 1)]
 
+    def _enter(self, stage: str, line: str | None, at: float | None = None) -> None:
+        self.stage, self.stage_line = stage, line
+        self.stage_since = time.monotonic() if at is None else at
+        self.stages.append({"stage": stage, "elapsed": round(self.stage_since - self.started, 3)})
+        self._event(f"stage {stage} ({sglog.STAGE_DESCRIPTIONS.get(stage, stage)})" + (f": {_clip(line)}" if line else ""))
+
+    def _begin_stages(self) -> None:
+        """The implicit first stage, from the process's start: only for a
+        server that can still be starting (one up longer than that budget, whose
+        earlier log may be gone, is not judged by it)."""
+        if not self.watcher.has_log:
+            return
+        age = self.watcher.since_start() or 0.0
+        budget = self.budgets["starting"]
+        if not budget or age < budget:
+            self._enter("starting", None, time.monotonic() - age)
+
     def _read_log(self) -> None:
         new = self.watcher.new_lines()
         if not new:
             return
         self.lines.extend(new)
-        if self.fatal_at is None and PHASES.index(self.phase) <= PHASES.index("health"):
-            index = sglog.fatal_line(new)
-            if index is not None:
-                self.fatal_at = time.monotonic()
-                self._event("the server logged a fatal error while starting: " + sglog.strip_stamp(new[index]))
+        for line in new:
+            stage = sglog.stage_of(line)
+            if stage:
+                self._enter(stage, sglog.strip_stamp(line))
+
+    def _check_stall(self) -> None:
+        if not self.stage or self.stage == "serving" or getattr(self.watcher, "journal_error", None):
+            return
+        budget = self.budgets.get(self.stage) or 0.0
+        spent = time.monotonic() - self.stage_since
+        if budget and spent > budget:
+            last = sglog.last_meaningful(list(self.lines)) or self.stage_line
+            raise GateFailure("stalled", f"no progress in stage {self.stage} "
+                              f"({sglog.STAGE_DESCRIPTIONS.get(self.stage, self.stage)}) for {spent:.0f} s "
+                              f"(budget {budget:.0f} s)" + (f"; last log line: {_clip(last)}" if last else ""))
 
     # -- the loop --
     def run(self) -> dict:
@@ -867,19 +971,22 @@ class Gate:
         deadline = self.started + self.timeout
         try:
             self._check(self.watcher.begin())
+            self._begin_stages()
             while True:
                 self._read_log()
                 self._check(self.watcher.poll())
                 if self.phase == "process":
                     self._pass("process", f"process alive ({self.watcher.kind}, pid {self.watcher.pid})")
                     continue
-                if self.fatal_at is not None and time.monotonic() - self.fatal_at >= self.error_grace:
-                    raise GateFailure("hung_after_error", f"alive {self.error_grace:.0f} s after a fatal start-up error, and not serving")
+                if self.phase in ("http", "models", "health", "ready"):
+                    self._check_stall()
                 if self._step(deadline):
                     return self._verdict(None)
                 now = time.monotonic()
                 if now >= deadline:
                     raise GateFailure(self._timeout_failure(), f"no verdict within {self.timeout:.0f} s")
+                if now - self.written >= _HEARTBEAT:
+                    self._write_progress()
                 time.sleep(min(self.interval, max(0.0, deadline - now)))
         except GateFailure as exc:
             return self._verdict(exc)
@@ -887,7 +994,7 @@ class Gate:
     def _timeout_failure(self) -> str:
         if self.phase == "http":
             return "not_listening"
-        if self.phase in ("models", "health"):
+        if self.phase in ("models", "health", "ready"):
             return "not_ready"
         return "timeout"
 
@@ -939,10 +1046,22 @@ class Gate:
             if resp.status != 200:
                 return False
             self._pass("health", "/health 200 (warmup done)")
+        if self.phase == "ready":
+            # /ready (0.5.20+, 0.5.23 srt/entrypoints/http_server.py:714-718): 200 when the
+            # tokenizer manager takes new requests, 503 otherwise; older releases answer 404.
+            resp = self.last = self.client.call("GET", "/ready", timeout=self._remaining(deadline))
+            self._auth(resp, "/ready")
+            if resp.status == 404:
+                self._pass("ready", "/ready is not served (SGLang before 0.5.20)")
+            elif resp.status == 200:
+                self._pass("ready", "/ready 200 (takes new requests)")
+            else:
+                return False
         if self.phase == "generation":
             while len(self.generations) < self.generations_wanted:
                 self.generations.append(self._generate(deadline))
             self._pass("generation", f"{len(self.generations)} real generation(s) returned tokens")
+            self._read_server_info(deadline)
             self.settle_from = time.monotonic()
         if self.phase == "settled":
             if time.monotonic() - self.settle_from < self.settle:
@@ -952,6 +1071,17 @@ class Gate:
             self._whose_port()  # still the server's own socket behind the URL
             return True
         return False
+
+    def _read_server_info(self, deadline: float) -> None:
+        """What the server resolved (its figures, never the arguments whole: they
+        hold the API key); a server that does not answer it still passes."""
+        resp = self.client.call("GET", "/server_info", timeout=self._remaining(deadline))
+        self.server = server_figures(resp.body) if resp.kind == "ok" else None
+        if self.server:
+            shown = ", ".join(f"{k}={v}" for k, v in self.server.items() if k != "cuda_graph_bs" and v is not None)
+            self._event(f"/server_info: {shown}")
+        else:
+            self._event(f"/server_info not read ({resp.describe()})")
 
     def _auth(self, resp: Response, path: str) -> None:
         if resp.status in (401, 403):
@@ -1040,7 +1170,10 @@ class Gate:
             "since_start": round(since_start, 1) if since_start is not None else None,
             "detection_delay": round(delay, 3) if delay is not None else None,
             "phases": self.phases,
+            "stage": self.stage,
+            "stages": self.stages,
             "timeline": self.timeline,
+            "server": self.server,
             "models": self.models,
             "generation": self.generations[-1] if self.generations else None,
             "generations": self.generations,
@@ -1056,7 +1189,7 @@ class Gate:
 
 # The process is gone: its last lines may reach the journal after systemd saw it die.
 _DEAD_PROCESS = ("unit_failed", "unit_restarted", "unit_inactive", "process_exited")
-_PROCESS_FAILURES = ("unit_failed", "unit_restarted", "unit_inactive", "process_exited", "hung_after_error",
+_PROCESS_FAILURES = ("unit_failed", "unit_restarted", "unit_inactive", "process_exited",
                      "not_listening", "not_ready", "timeout")
 
 
@@ -1146,9 +1279,10 @@ def message(r: dict, url: str, timeout: float) -> str:
         return (f"{url} is answered by another process, not by {who}: {listener.get('detail') or r['detail']}; "
                 "nothing was sent to it with the API key. Stop that process (an old server still running?) or "
                 "give this server another port")
-    if failure == "hung_after_error":
-        return (f"{who} is alive but stuck{after}: SGLang logged a fatal start-up error and never served "
-                f"(with several GPUs the other ranks wait for the failed one forever){why}")
+    if failure == "stalled":
+        return (f"{who} is alive but stuck{after}: {r['detail']}. SGLang logs nothing when it hangs (NCCL, a CUDA graph "
+                "capture with custom all-reduce, a stalled weight load): check the GPUs (nvidia-smi), the interconnect and "
+                "the model's storage, or raise the stage's budget in stall_budgets if it is only slow")
     if failure == "not_listening":
         return f"nothing answered at {url} within {timeout:.0f} s although {who} is alive ({r['last_response']}){why}"
     if failure == "not_ready":

@@ -15,13 +15,25 @@ description:
     C(http) the HTTP server answers;
     C(models) C(/v1/models) lists a model;
     C(health) C(/health) is 200 (SGLang answers C(/v1/models) before its warmup is done);
+    C(ready) C(/ready) is 200 where SGLang serves it (0.5.20 and later; a 404 from an older release passes this phase);
     C(generation) O(generations) consecutive real generation requests return non-empty text with a positive completion token count;
     C(settled) the process is still the same one (same main PID, no restart) O(settle) seconds after the last generation.'
   - Every poll first looks at the watched process and its new log lines. The moment the unit fails, becomes
     inactive, restarts (C(NRestarts) grows or the main PID changes) or the PID disappears, the wait ends,
     and the cause is classified from the unit's journal (or O(log_file)) since the unit's current start.
-    A server that logs a fatal start-up error (out of memory, pool sizing, CUDA graph capture, NCCL) but
-    stays alive without serving, as multi-GPU SGLang does when one rank fails, is failed after O(error_grace) seconds.
+    A line counts as fatal by its level and context (a traceback's exception, an ERROR line, SGLang's own messages
+    about a dying process), never by a word in a warning; the cause reported is the one nearest the death.
+  - 'Real SGLang dies after a fatal error; its real hangs (NCCL, a CUDA graph capture with custom all-reduce, a stalled
+    weight load) log nothing. The gate follows the start-up I(stages) from the server''s own log lines (C(starting),
+    C(distributed), C(weights), C(memory_pool), C(engine), C(cuda_graph), C(http), C(warmup), C(serving)) and fails a
+    start whose current stage lasted longer than its budget (O(stall_budgets)) with C(stalled), naming the stage and
+    the last log line, long before O(timeout).'
+  - 'Once ready, the gate reads C(/server_info) and returns the figures SGLang resolved (RV(server)): max total tokens,
+    max running requests, chunked prefill size, CUDA graph batch sizes, version, the mem fraction used. The arguments
+    themselves (which hold the API key) are never returned.'
+  - 'HTTP is bounded: each request ends within O(request_timeout) however slowly the server sends (one deadline per
+    request, not per read), a response larger than O(max_response_bytes) is refused, and every time option must be a
+    finite positive number.'
   - Requests go straight to O(url), never through a proxy from the environment.
   - 'The server answering must be the watched one. Before the C(http) phase passes, before the API key is sent,
     and again before the verdict, the gate finds the TCP LISTEN socket that O(url)''s host and port reach (from
@@ -38,9 +50,9 @@ description:
     C(unit_failed) (the unit entered the failed state, or stopped with an error result), C(unit_inactive) (stopped or
     never started), C(unit_restarted) (NRestarts grew, the main PID changed, or systemd is about to restart it),
     C(process_exited) (the watched PID is gone), C(port_taken) (another process, named in RV(detail) and
-    RV(listener), listens on O(url)''s port; nothing was sent to it), C(hung_after_error) (a fatal start-up error was logged and the process
-    stayed alive without serving), C(not_listening) (nothing answered HTTP before O(timeout)), C(not_ready) (HTTP
-    answered but C(/v1/models) or C(/health) never became ready), C(unauthorized) (HTTP 401/403: the API key is wrong
+    RV(listener), listens on O(url)''s port; nothing was sent to it), C(stalled) (alive, but the current start-up stage
+    outlasted its budget in O(stall_budgets)), C(not_listening) (nothing answered HTTP before O(timeout)), C(not_ready) (HTTP
+    answered but C(/v1/models), C(/health) or C(/ready) never became ready), C(unauthorized) (HTTP 401/403: the API key is wrong
     or missing), C(generation_error) (a real generation failed: HTTP error or dropped connection),
     C(generation_empty) (it returned no text or no tokens), C(generation_timeout) (it did not answer within
     O(request_timeout)), C(timeout) (the deadline passed in another phase).'
@@ -56,8 +68,10 @@ description:
     C(warmup_failed), C(watchdog_timeout) ("Scheduler watchdog timeout"), C(subprocess_died) ("Rank 0 scheduler died
     during initialization (exit code: -9)", "Subprocess scheduler_0 (pid=...) crashed with exit code -9": a subprocess
     killed, typically by the host''s OOM killer), or C(unknown) when the log of a failed process names none of these.'
-  - The progress (each phase reached, fatal log lines) is written to the target's syslog/journal while the module
-    runs (C(journalctl -t ansible-inferops.sglang.wait_for_sglang -f)) and returned in RV(timeline) and RV(last_log_line).
+  - The progress (each phase and stage reached) is written to the target's syslog/journal while the module
+    runs (C(journalctl -t ansible-inferops.sglang.wait_for_sglang -f)), to O(progress_file), and returned in RV(timeline)
+    and RV(last_log_line). The collection's action plugin of the same name runs the module asynchronously and prints
+    the phase, stage and elapsed time every O(progress_interval) seconds in the C(ansible-playbook) and AWX job output.
 author:
   - inferops.sglang contributors (@inferops)
 extends_documentation_fragment:
@@ -117,11 +131,31 @@ options:
     description: Timeout of each HTTP request in seconds (the generation requests included), never beyond the deadline.
     type: float
     default: 30
-  error_grace:
+  stall_budgets:
     description:
-      - Seconds a process may stay alive after logging a fatal start-up error before the wait fails with
-        C(hung_after_error). A single-GPU SGLang exits by itself within this time; a multi-GPU one whose rank
-        failed can wait forever.
+      - Seconds each start-up stage may last before the wait fails with C(stalled), by stage; the given ones replace
+        the defaults, V(0) turns a stage's budget off.
+      - 'Defaults: C(starting) 300 (imports, arguments, tokenizer), C(distributed) 600 (torch.distributed''s own
+        timeout), C(weights) 600 (55.56 GB from a 100 MB/s mount takes 556 s), C(memory_pool) 120, C(engine) 600
+        (between milestones, kernels compiled just in time), C(cuda_graph) 300 (SGLang''s C(--watchdog-timeout)),
+        C(http) 120, C(warmup) 600 (SGLang''s own warmup request limit, C(SGLANG_WARMUP_TIMEOUT) unset).'
+      - Needs the server's log (O(unit), or O(pid) with O(log_file)); without it only O(timeout) applies.
+    type: dict
+    default: {}
+  max_response_bytes:
+    description: The largest HTTP response body the gate reads; a larger one fails the request.
+    type: int
+    default: 8388608
+  progress_file:
+    description:
+      - A file on the target the module rewrites (atomically, mode 0600) at each event and at least every 5 s with
+        its progress as JSON (time, elapsed, phase, stage, stage_elapsed, event, last_log_line).
+      - Set by the action plugin for its live progress; rarely set by hand.
+    type: path
+  progress_interval:
+    description:
+      - Seconds between the live progress lines the action plugin prints while the module runs; V(0) runs the module
+        as a plain call, with no progress lines. The module itself ignores it.
     type: float
     default: 15
   model:
@@ -246,7 +280,26 @@ phases:
   description: Each phase passed, with the elapsed seconds when it passed.
   returned: always
   type: dict
-  sample: {"process": 0.01, "http": 41.2, "models": 41.2, "health": 47.9, "generation": 48.4, "settled": 51.4}
+  sample: {"process": 0.01, "http": 41.2, "models": 41.2, "health": 47.9, "ready": 47.9, "generation": 48.4, "settled": 51.4}
+stage:
+  description: The last start-up stage the server's log showed (see the description); C(null) without a log.
+  returned: always
+  type: str
+  sample: cuda_graph
+stages:
+  description: Each start-up stage entered (a stage entered again, such as the draft model's weights, appears again), with the elapsed seconds.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"stage": "starting", "elapsed": -3.2}, {"stage": "weights", "elapsed": 8.1}, {"stage": "cuda_graph", "elapsed": 30.4}]
+server:
+  description:
+    - What the ready server resolved, from C(/server_info) (version, max_total_tokens, max_running_requests,
+      chunked_prefill_size, mem_fraction_static, context_length, cuda_graph_bs); C(null) when not ready or not answered.
+  returned: always
+  type: dict
+  sample: {"version": "0.5.11", "max_total_tokens": 197762, "max_running_requests": 16, "chunked_prefill_size": 2048,
+           "mem_fraction_static": 0.88, "context_length": 131072, "cuda_graph_bs": [1, 2, 4, 8, 12, 16]}
 timeline:
   description: Progress events (elapsed, phase, event), for long waits.
   returned: always
@@ -302,6 +355,8 @@ would_wait_for:
   type: dict
 """
 
+import math
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _readiness as readiness
@@ -312,11 +367,17 @@ def _validate(module: AnsibleModule) -> None:
     if not p["url"].startswith(("http://", "https://")):
         module.fail_json(msg=f"url must start with http:// or https://, got {p['url']!r}")
     for name in ("timeout", "interval", "request_timeout"):
-        if p[name] <= 0:
-            module.fail_json(msg=f"{name} must be greater than 0, got {p[name]}")
-    for name in ("settle", "error_grace"):
-        if p[name] < 0:
-            module.fail_json(msg=f"{name} must not be negative, got {p[name]}")
+        if not math.isfinite(p[name]) or p[name] <= 0:
+            module.fail_json(msg=f"{name} must be a finite number of seconds greater than 0, got {p[name]}")
+    for name in ("settle", "progress_interval"):
+        if not math.isfinite(p[name]) or p[name] < 0:
+            module.fail_json(msg=f"{name} must be a finite number of seconds, 0 or more, got {p[name]}")
+    if p["max_response_bytes"] < 1024:
+        module.fail_json(msg=f"max_response_bytes must be at least 1024, got {p['max_response_bytes']}")
+    try:
+        readiness.stall_budgets(p["stall_budgets"])
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
     for name in ("generations", "max_tokens"):
         if p[name] < 1:
             module.fail_json(msg=f"{name} must be at least 1, got {p[name]}")
@@ -340,7 +401,10 @@ def main() -> None:
             timeout=dict(type="float", default=900),
             interval=dict(type="float", default=1),
             request_timeout=dict(type="float", default=30),
-            error_grace=dict(type="float", default=15),
+            stall_budgets=dict(type="dict", default={}),
+            max_response_bytes=dict(type="int", default=8388608),
+            progress_file=dict(type="path"),
+            progress_interval=dict(type="float", default=15),
             model=dict(type="str"),
             prompt=dict(type="str", default="The capital city of France is"),
             max_tokens=dict(type="int", default=16, no_log=False),
@@ -382,11 +446,15 @@ def main() -> None:
         if api_key:
             # masked in everything the module returns, as the no_log api_key is
             module.no_log_values.add(api_key)
-    client = readiness.Client(p["url"], api_key, p["validate_certs"], p["request_timeout"])
+    try:
+        client = readiness.Client(p["url"], api_key, p["validate_certs"], p["request_timeout"], max_body=p["max_response_bytes"])
+    except ValueError as exc:
+        module.fail_json(msg=f"cannot gate {p['url']}: {exc}")
     gate = readiness.Gate(
         client, watcher, timeout=p["timeout"], interval=p["interval"], model=p["model"], prompt=p["prompt"],
         max_tokens=p["max_tokens"], endpoint=p["endpoint"], generations=p["generations"], settle=p["settle"],
-        error_grace=p["error_grace"], progress=module.log, check_listener=p["check_listener"],
+        progress=module.log, check_listener=p["check_listener"], budgets=p["stall_budgets"],
+        progress_file=p["progress_file"],
     )
     result = gate.run()
     if result["ready"]:

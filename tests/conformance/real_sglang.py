@@ -82,6 +82,7 @@ class RealServer:
     def __init__(self, real: dict[str, str], release: str, log: Path, port: int | None = None,
                  args: tuple[str, ...] = (), model: str | None = None, env: dict[str, str] | None = None) -> None:
         self.port = port or free_port()
+        self.release = release
         self.log_path = log
         self.argv = [python(real, release), "-m", "sglang.launch_server",
                      "--model-path", model or real["INFEROPS_REAL_MODEL"], *CPU_ARGS,

@@ -183,6 +183,16 @@ def assert_ready(result: dict, server: RealServer) -> None:
     assert result["listener"]["pid"] in r.descendants(server.proc.pid)
     assert "sglang.launch_server" in result["listener"]["cmdline"]
     assert requests_for(server, ("/generate",)) >= 2  # SGLang's own warmup and the gate's
+    # the real start-up milestones were followed, in order, up to the real "fired up" line
+    seen = [s["stage"] for s in result["stages"]]
+    for stage in ("weights", "memory_pool", "http", "warmup", "serving"):
+        assert stage in seen, seen
+    assert seen.index("weights") < seen.index("memory_pool") < seen.index("http") < seen.index("warmup") < seen.index("serving")
+    # what the server resolved, from its own /server_info (real_sglang.CPU_ARGS: 4096 tokens, 1024 context)
+    info = result["server"]
+    assert info["max_total_tokens"] == 4096 and info["context_length"] == 1024, info
+    assert info["version"] == server.release and isinstance(info["max_running_requests"], int) and info["max_running_requests"] > 0
+    assert 0 < info["mem_fraction_static"] < 1 and info["cuda_graph_bs"] == []  # --disable-cuda-graph
 
 
 # -- 1. ready with a real generation; wrong and missing key -----------------------
@@ -194,7 +204,11 @@ def test_ready_with_a_real_generation_0_5_11(shared):
     # /health was 200 only after warmup: real SGLang logs "The server is fired up and ready
     # to roll!" when its warmup request returned (0.5.11 srt/entrypoints/http_server.py:2032)
     assert "The server is fired up and ready to roll!" in shared.text()
-    assert KEY not in json.dumps(result)
+    assert KEY not in json.dumps(result)  # /server_info holds it in clear: only the figures are kept
+    # real 0.5.11 has no /ready (it came with 0.5.20): a 404 passes the phase
+    assert any(e["event"] == "/ready is not served (SGLang before 0.5.20)" for e in result["timeline"])
+    # 0.5.11's default chunked prefill for this machine's "GPU" memory (CPU: 2048)
+    assert result["server"]["chunked_prefill_size"] == 2048
     note("ready 0.5.11", load_to_ready=time.monotonic() - started, http=result["phases"]["http"],
          health=result["phases"]["health"], tokens=result["generation"]["completion_tokens"])
 
@@ -370,4 +384,41 @@ def test_ready_with_a_real_generation_0_5_23(servers):
     started = time.monotonic()
     result = run_gate(server)
     assert_ready(result, server)
+    # 0.5.23 serves /ready (srt/entrypoints/http_server.py:714-718): 200 once ready
+    assert any(e["event"] == "/ready 200 (takes new requests)" for e in result["timeline"])
+    # and resolves another chunked prefill default than 0.5.11 (4096: arg_groups/memory_hook.py:101-117)
+    assert result["server"]["chunked_prefill_size"] == 4096
     note("ready 0.5.23", load_to_ready=time.monotonic() - started, health=result["phases"]["health"])
+
+
+# -- 6. a real hang: the server stopped mid-start logs nothing more -------------------------
+
+def test_a_real_server_stopped_mid_start_is_stalled_at_its_stage_budget(servers):
+    """Real SGLang's hangs (NCCL, a graph capture with custom all-reduce) log nothing and
+    the process stays alive. Here the real server's whole tree is stopped (SIGSTOP) once
+    the gate has seen it reach a milestone past ``starting``: the gate must end at that
+    stage's budget with ``stalled``, naming the stage and the last real log line, not at
+    its deadline. The budgets are the defaults but for the stages after ``starting``."""
+    server = servers("0.5.11")
+    budget = 10.0
+    budgets = {stage: budget for stage in r.STALL_BUDGETS if stage != "starting"}
+    gate = GateThread(server, budgets=budgets)
+    gate.start()
+    deadline = time.monotonic() + LOAD_DEADLINE
+    while gate.gate.stage in (None, "starting"):
+        assert gate.is_alive() and time.monotonic() < deadline, gate.result and gate.result["msg"]
+        time.sleep(0.02)
+    os.killpg(server.proc.pid, signal.SIGSTOP)
+    stopped = time.monotonic()
+    try:
+        gate.join(budget + 30)
+        result = gate.result
+        assert result is not None, "the gate did not end"
+        assert result["failure"] == "stalled", result["msg"]
+        assert result["stage"] != "serving" and f"no progress in stage {result['stage']}" in result["detail"]
+        assert "last log line: " in result["detail"] and result["last_log_line"]
+        assert gate.done - stopped < budget + POLL_SLACK + 2, gate.done - stopped
+        assert result["elapsed"] < LOAD_DEADLINE / 4
+    finally:
+        os.killpg(server.proc.pid, signal.SIGCONT)
+    note("stopped mid-start", stage=result["stage"], stop_to_verdict=gate.done - stopped, budget=budget)

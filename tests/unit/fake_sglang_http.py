@@ -8,7 +8,9 @@ is logged to stdout as uvicorn does, so tests can count them.
 
 Scenario keys: bind_after, ready_after (s after bind until /health is 200),
 models (ids), api_key, status_for_auth (401 or 403), generation ("ok", "empty",
-"zero_tokens", "error", "hang", "die"), exit_after (s after bind, exit code 3).
+"zero_tokens", "error", "hang", "die"), exit_after (s after bind, exit code 3),
+ready_endpoint (serve /ready as 0.5.20+ does: 503 until ready_after, then 200;
+without it /ready is 404 as before 0.5.20), server_info (the /server_info body).
 """
 
 from __future__ import annotations
@@ -56,8 +58,10 @@ def main() -> None:
                 return
             if self.path == "/v1/models":
                 self.send(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in scenario.get("models", ["fake-model"])]})
-            elif self.path == "/health":
+            elif self.path == "/health" or (self.path == "/ready" and scenario.get("ready_endpoint")):
                 self.send(200 if time.monotonic() - bound >= scenario.get("ready_after", 0) else 503)
+            elif self.path == "/server_info" and "server_info" in scenario:
+                self.send(200, scenario["server_info"])
             else:
                 self.send(404, {"detail": "Not Found"})
 

@@ -26,7 +26,14 @@ def run_module(capsys, **args) -> tuple[int, dict, str]:
     (dict(unit="sglang-qwen.service", pid=4242), "mutually exclusive"),
     (dict(log_file="/var/log/sglang.log"), "missing parameter(s) required by 'log_file': pid"),
     (dict(interval=10, timeout=5), "interval (10.0) must not exceed timeout (5.0)"),
-    (dict(timeout=0), "timeout must be greater than 0"),
+    (dict(timeout=0), "timeout must be a finite number of seconds greater than 0"),
+    (dict(timeout=float("nan")), "timeout must be a finite number of seconds greater than 0, got nan"),
+    (dict(request_timeout=float("inf")), "request_timeout must be a finite number of seconds greater than 0, got inf"),
+    (dict(interval="nan"), "interval must be a finite number of seconds greater than 0, got nan"),
+    (dict(settle=-1), "settle must be a finite number of seconds, 0 or more"),
+    (dict(stall_budgets={"weight": 10}), "stall_budgets: unknown stage 'weight'"),
+    (dict(stall_budgets={"weights": "abc"}), "stall_budgets.weights must be a number of seconds"),
+    (dict(max_response_bytes=10), "max_response_bytes must be at least 1024"),
     (dict(generations=0), "generations must be at least 1"),
     (dict(url="127.0.0.1:30000"), "url must start with http:// or https://"),
     (dict(endpoint="responses"), "value of endpoint must be one of: generate, completions, chat"),
@@ -43,7 +50,7 @@ def test_check_mode_touches_nothing(capsys):
     rc, result, raw = run_module(capsys, url=f"http://127.0.0.1:{port}", unit="sglang-qwen.service", _ansible_check_mode=True)
     assert rc == 0 and result["changed"] is False and result["ready"] is None
     assert result["would_wait_for"]["watch"] == {"kind": "unit", "unit": "sglang-qwen.service"}
-    assert result["would_wait_for"]["phases"] == ["process", "http", "models", "health", "generation", "settled"]
+    assert result["would_wait_for"]["phases"] == ["process", "http", "models", "health", "ready", "generation", "settled"]
 
 
 @pytest.fixture
