@@ -1,77 +1,151 @@
-"""The cause classifier reads SGLang's, PyTorch's, NCCL's and argparse's real texts."""
+"""The log reader classifies real SGLang logs by level and context, and knows the start-up stages.
+
+The texts are in data/sglang_log_lines.yml: copied from the real wheels (format strings filled) or captured
+from real SGLang 0.5.11/0.5.23 on CPU; each entry names its release and source.
+"""
 
 from __future__ import annotations
 
+import pathlib
+
 import pytest
+import yaml
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _sglang_log as sglog
 
-OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.61 GiB. GPU 2 has a total capacity of "
-       "47.99 GiB of which 1440.02 MiB is free.")
+DATA = yaml.safe_load((pathlib.Path(__file__).parent / "data" / "sglang_log_lines.yml").read_text(encoding="utf-8"))
+HEALTHY = {e["release"]: e["text"].splitlines() for e in DATA if e["source"].startswith("captured from the real 0.5.")
+           and "healthy start" in e["source"]}
+STAMP = "[2026-12-01 10:00:00 TP0] "
+SITE = "/opt/sglang/venv/lib/python3.11/site-packages"
+OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.61 GiB. GPU 0 has a total capacity of 79.19 GiB "
+       "of which 1.41 GiB is free.")
 
 
-@pytest.mark.parametrize("text, cause", [
-    ("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current value: mem_fraction_static=0.88",
-     "kv_pool_too_small"),
-    ("ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.8. Raise "
-     "--mem-fraction-static above 0.83 (minimum viable = 1 - available/pre = 0.83).", "kv_pool_too_small"),
-    ("Capture cuda graph failed: " + OOM, "cuda_graph_capture"),
-    (OOM, "cuda_oom"),
-    ("OSError: libcudart.so.12: cannot open shared object file: No such file or directory", "cuda_library"),
-    ("ImportError: Could not load any common_ops library!", "cuda_library"),
-    ("OSError: /opt/sglang/venv/lib/python3.11/site-packages/sgl_kernel/common_ops.abi3.so: undefined symbol: "
-     "_ZN3c104cuda9SetDeviceEi", "cuda_library"),
-    ("RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable", "gpu_lost"),
-    ("Unable to determine the device handle for GPU0000:21:00.0: GPU is lost.  Reboot the system to recover this GPU",
-     "gpu_lost"),
-    ("torch.AcceleratorError: CUDA error: invalid device ordinal", "gpu_count"),
-    ("RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:317, unhandled cuda error, "
-     "NCCL version 2.27.3 ncclUnhandledCudaError: Call to CUDA function failed.", "nccl_error"),
-    ("ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', 30000): address already in use",
-     "address_in_use"),
-    ("launch_server.py: error: ambiguous option: --cuda-graph-max-bs could match --cuda-graph-max-bs-decode, "
-     "--cuda-graph-max-bs-prefill", "bad_flag"),
-    ("launch_server.py: error: unrecognized arguments: --speculative-ddtree-shadow-linear", "bad_flag"),
-    ("launch_server.py: error: argument --speculative-algorithm: invalid choice: 'DDTREE' (choose from 'EAGLE', "
-     "'EAGLE3', 'NEXTN', 'STANDALONE', 'NGRAM')", "bad_flag"),
-    ("huggingface_hub.errors.HFValidationError: Repo id must be in the form 'repo_name' or 'namespace/repo_name': "
-     "'/srv/models/absent'. Use `repo_type` argument if needed.", "model_path"),
-    ("ValueError: User-specified context_length (300000) is greater than the derived context_length (262144).",
-     "context_length"),
-    ("Initialization failed. warmup error: 502 Bad Gateway", "warmup_failed"),
-])
-def test_causes(text, cause):
-    found = sglog.classify(["[2026-11-29 08:00:00 TP0] Load weight begin. avail mem=47.50 GB", f"[2026-11-29 08:00:01 TP1] {text}"])
-    assert found["cause"] == cause
-    assert found["line"] == text  # the timestamp is removed
-    assert cause in sglog.CAUSES
+def _traceback(exception: str, path: str = "sglang/srt/managers/scheduler.py", wrapper: str = STAMP + "Scheduler hit an exception: ") -> list[str]:
+    return [wrapper + "Traceback (most recent call last):", f'  File "{SITE}/{path}", line 120, in __init__',
+            "    self.init()", exception]
 
 
-def test_a_healthy_start_has_no_cause_and_no_fatal_line():
-    lines = [
-        "[2026-11-29 08:00:00] server_args=ServerArgs(model_path='/srv/models/Qwen3.6-27B', api_key=***)",
-        "[2026-11-29 08:00:02 TP0] Init torch distributed ends. elapsed=2.00 s, mem usage=0.49 GB",
-        "[2026-11-29 08:00:30 TP0] KV Cache is allocated. #tokens: 197762, K size: 3.02 GB, V size: 3.02 GB",
-        "[2026-11-29 08:00:40 TP0] Capture cuda graph end. Time elapsed: 6.00 s. mem usage=0.50 GB. avail mem=2.10 GB.",
-        '[2026-11-29 08:00:41] INFO:     127.0.0.1:53412 - "GET /health HTTP/1.1" 200',
-        "[2026-11-29 08:00:44] The server is fired up and ready to roll!",
+@pytest.mark.parametrize("entry", DATA, ids=[f"{e['release']}:{e['cause']}:{e['source'][:50]}" for e in DATA])
+def test_real_texts(entry):
+    lines = entry["text"].splitlines()
+    found = sglog.classify(lines)
+    assert (found["cause"] if found else None) == entry["cause"], (entry["source"], found)
+    assert bool(sglog._records(lines)) == entry["fatal"], entry["source"]
+    if found:
+        assert found["cause"] in sglog.CAUSES
+        assert found["line"] in [sglog.strip_stamp(x) for x in lines]
+        assert found["line"][:300] in [x[:300] for x in found["evidence"]]  # evidence clips long lines
+
+
+def test_the_data_covers_every_cause():
+    assert {e["cause"] for e in DATA} - {None} == set(sglog.CAUSES) - {"unknown"}
+
+
+def test_a_healthy_real_start_has_no_cause():
+    for release, lines in HEALTHY.items():
+        until_ready = lines[:next(i for i, x in enumerate(lines) if "fired up" in x) + 1]
+        assert sglog.classify(until_ready) is None, release
+        assert sglog.error_tail(until_ready) != [] and not sglog._records(until_ready), release
+        assert sglog.last_meaningful(until_ready) == "The server is fired up and ready to roll!"
+
+
+def test_a_stop_by_sigterm_is_no_death():
+    """Real 0.5.11 and 0.5.23 stopped by SIGTERM report their scheduler as "crashed with exit code -15"."""
+    for release, lines in HEALTHY.items():
+        assert any("crashed with exit code -15" in x for x in lines), release
+        assert sglog.classify(lines) is None, release
+
+
+def test_the_nearest_death_wins_and_the_others_are_listed():
+    lines = [STAMP + "ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', 30000): address already in use",
+             *_traceback("OSError: libcudart.so.12: cannot open shared object file: No such file or directory"),
+             STAMP + "Load weight begin. avail mem=20.98 GB",
+             *_traceback(OOM)]
+    found = sglog.classify(lines)
+    assert found["cause"] == "cuda_oom" and found["line"] == OOM
+    assert found["others"] == [
+        {"cause": "cuda_library", "line": "OSError: libcudart.so.12: cannot open shared object file: No such file or directory"},
+        {"cause": "address_in_use",
+         "line": "ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', 30000): address already in use"},
     ]
-    assert sglog.classify(lines) is None
-    assert sglog.fatal_line(lines) is None
-    assert sglog.last_meaningful(lines) == "The server is fired up and ready to roll!"
+
+
+def test_an_unknown_final_wrapper_keeps_the_known_cause_before_it():
+    lines = [*_traceback(OOM), "", *_traceback("RuntimeError: Initialization failed. Please see the error messages above.",
+                                              "sglang/srt/entrypoints/engine.py", "")]
+    found = sglog.classify(lines)
+    assert found["cause"] == "cuda_oom" and found["others"] == []
+
+
+def test_a_generic_death_counts_only_without_a_specific_cause():
+    died = ("RuntimeError: Rank 0 scheduler died during initialization (exit code: 1). If exit code is -9 (SIGKILL), a "
+            "common cause is the OS OOM killer. Run `dmesg -T | grep -i oom` to check.")
+    specific = [*_traceback("ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.8."),
+                *_traceback(died, "sglang/srt/entrypoints/engine.py", "")]
+    found = sglog.classify(specific)
+    assert found["cause"] == "kv_pool_too_small"
+    assert found["others"] == [{"cause": "subprocess_died", "line": died}]
+    assert sglog.classify(_traceback(died, "sglang/srt/entrypoints/engine.py", ""))["cause"] == "subprocess_died"
+
+
+def test_a_scary_warning_long_before_a_real_failure_gives_the_real_cause():
+    warning = (f"{SITE}/torchvision/io/image.py:14: UserWarning: Failed to load image Python extension: "
+               f"'{SITE}/torch/lib/libc10_cuda.so: cannot open shared object file: No such file or directory'")
+    lines = [warning, "  warn(", *[STAMP + f"Load weight begin. avail mem={x}.00 GB" for x in range(300)],
+             *_traceback("ValueError: Model architectures ['FooForCausalLM'] are not supported for now. Supported architectures: "
+                         "dict_keys(['LlamaForCausalLM'])", "sglang/srt/models/registry.py")]
+    found = sglog.classify(lines)
+    assert found["cause"] == "model_architecture" and found["others"] == []
+    assert sglog.classify(lines[:302]) is None
+
+
+def test_a_warning_never_counts_whatever_words_it_holds():
+    lines = ["W1201 17:15:01.483000 24042 torch/utils/cpp_extension.py:140] CUDA out of memory. NCCL error in: x",
+             f"{SITE}/x.py:12: UserWarning: undefined symbol: cudaFoo",
+             STAMP + "\x1b[1;33m'--disable-cuda-graph' is deprecated and will be removed in a future release.\x1b[0m"]
+    assert sglog.classify(lines) is None and sglog._records(lines) == []
+    assert sglog.strip_stamp(lines[2]) == "'--disable-cuda-graph' is deprecated and will be removed in a future release."
+
+
+def test_explicit_levels_are_fatal_records():
+    lines = ["ERROR:root:NCCL error: unhandled system error", "[rank0]:[E1201 17:15:01.483283917 ProcessGroupNCCL.cpp:632] x",
+             "F1201 17:15:01.483000 24042 torch/csrc/x.cpp:1] fatal", "INFO:     Started server process [24042]"]
+    assert [r.index for r in sglog._records(lines)] == [0, 1, 2]
+    assert sglog.classify(lines)["cause"] == "nccl_error"
 
 
 def test_graph_capture_wins_over_the_oom_inside_it():
-    lines = ["Capture cuda graph begin.", "Capture cuda graph failed: " + OOM, "Possible solutions:"]
+    lines = _traceback("Exception: Capture cuda graph failed: " + OOM.split(": ", 1)[1]) + ["Possible solutions:"]
     assert sglog.classify(lines)["cause"] == "cuda_graph_capture"
 
 
 def test_draft_model_oom_is_said_so():
-    lines = ["Scheduler hit an exception: Traceback (most recent call last):",
-             '  File "sglang/srt/speculative/dflash_worker.py", in __init__', OOM]
-    found = sglog.classify(lines)
+    """0.5.11 runs speculative workers v2 by default (SGLANG_ENABLE_SPEC_V2): eagle_worker_v2.py."""
+    found = sglog.classify(_traceback(OOM, "sglang/srt/speculative/eagle_worker_v2.py"))
     assert found["cause"] == "cuda_oom" and found["what"].endswith("while loading the draft model")
-    assert sglog.fatal_line(lines) == 0
+    assert not sglog.classify(_traceback(OOM))["what"].endswith("draft model")
+
+
+def test_an_exception_line_whose_traceback_head_was_cut_still_counts():
+    assert sglog.classify(["    raise RuntimeError(msg)", "RuntimeError: Not enough memory. Please try to increase "
+                           "--mem-fraction-static."])["cause"] == "kv_pool_too_small"
+    assert sglog.classify([STAMP + "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."]) is None
+
+
+def test_a_value_error_outside_argument_resolution_is_not_invalid_argument():
+    """The generic ValueError/AssertionError rule needs a frame of SGLang's argument resolution."""
+    lines = _traceback("ValueError: The input (1100 tokens) is longer than the model's context length (1024 tokens).",
+                       "sglang/srt/managers/tokenizer_manager.py")
+    assert sglog.classify(lines) is None
+    assert sglog.classify(_traceback("AssertionError", "sglang/srt/server_args.py"))["cause"] == "invalid_argument"
+
+
+def test_interleaved_lines_of_other_processes_do_not_break_a_traceback():
+    lines = _traceback(OOM)
+    lines.insert(2, "[2026-12-01 10:00:00] INFO:     127.0.0.1:1 - \"GET /health HTTP/1.1\" 503")
+    assert sglog.classify(lines)["line"] == OOM
 
 
 def test_evidence_skips_frames_and_access_logs():
@@ -79,99 +153,74 @@ def test_evidence_skips_frames_and_access_logs():
              '  File "sglang/srt/speculative/ddtree_utils.py", line 58, in _load_tree_kernels',
              "OSError: libcudart.so.12: cannot open shared object file: No such file or directory",
              "Received sigquit from a child process. It usually means the child failed."]
-    found = sglog.classify(lines)
-    assert found["evidence"] == [
+    assert sglog.classify(lines)["evidence"] == [
         "Scheduler hit an exception: Traceback (most recent call last):",
         "OSError: libcudart.so.12: cannot open shared object file: No such file or directory",
         "Received sigquit from a child process. It usually means the child failed.",
     ]
 
 
-def test_unknown_failure_shows_the_error_tail():
-    lines = ["starting", "Fatal Python error: Segmentation fault", "Current thread 0x00007f (most recent call first):"]
+def test_unknown_failure_shows_the_fatal_records_first():
+    lines = ["starting", STAMP + "Ignore import error when loading sglang.srt.models.x: Error y",
+             *_traceback("KeyError: 'layers.0.weight'"), STAMP + "SIGQUIT received. signum=None, frame=None. It usually means one child failed."]
     assert sglog.classify(lines) is None
-    assert sglog.error_tail(lines) == ["Fatal Python error: Segmentation fault"]
+    assert sglog.error_tail(lines) == ["KeyError: 'layers.0.weight'", "SIGQUIT received. signum=None, frame=None. It usually means one child failed."]
+    assert sglog.error_tail(["starting", "Fatal Python error: Segmentation fault", "x"]) == ["Fatal Python error: Segmentation fault"]
 
 
-# -- real SGLang's texts, copied from the wheels or captured from a real server on CPU -----
-
-SITE = "/opt/sglang/venv/lib/python3.11/site-packages/sglang"
-
-# (release, file:line, the lines as real SGLang logs them, cause, the cause line)
-REAL = [
-    ("0.5.11", "srt/server_args.py:2452-2456 (source text; needs a hybrid linear-attention model and a GPU)",
-     [f'  File "{SITE}/srt/server_args.py", line 2453, in _handle_mamba_radix_cache',
-      "    raise ValueError(",
-      "ValueError: Speculative decoding for Qwen3_5ForConditionalGeneration is not compatible with radix cache when "
-      "using --mamba-scheduler-strategy no_buffer.To use radix cache with speculative decoding, please use "
-      "--mamba-scheduler-strategy extra_buffer and set SGLANG_ENABLE_SPEC_V2=1."],
-     "radix_cache_speculative", "ValueError: Speculative decoding for Qwen3_5ForConditionalGeneration is not compatible"),
-    ("0.5.11", "srt/server_args.py:1042-1050, captured (--port 60613)",
-     [f'  File "{SITE}/srt/server_args.py", line 805, in __post_init__',
-      "    self._handle_deprecated_args()",
-      f'  File "{SITE}/srt/server_args.py", line 1048, in _handle_deprecated_args',
-      "    raise ValueError(",
-      "ValueError: SGLANG_GRPC_PORT (70613) must be between 1 and 65535"],
-     "invalid_argument", "ValueError: SGLANG_GRPC_PORT (70613) must be between 1 and 65535"),
-    ("0.5.11", "srt/server_args.py:6804-6809 via engine.py:673, captured (--served-model-name tiny:v1)",
-     [f'  File "{SITE}/srt/entrypoints/engine.py", line 673, in _launch_subprocesses',
-      "    server_args.check_server_args()",
-      f'  File "{SITE}/srt/server_args.py", line 6805, in check_server_args',
-      '    assert ":" not in self.served_model_name, (',
-      "           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^",
-      "AssertionError: served_model_name cannot contain a colon (':') character. The colon is reserved for the "
-      "'model:adapter' syntax used in LoRA adapter specification. Invalid value: 'tiny:v1'"],
-     "invalid_argument", "AssertionError: served_model_name cannot contain a colon (':') character."),
-    ("0.5.23", "srt/arg_groups/serving_hook.py:382-386 (source text)",
-     [f'  File "{SITE}/srt/arg_groups/serving_hook.py", line 383, in handle_deprecated_args',
-      "    raise ValueError(",
-      "ValueError: --grpc-port / SGLANG_GRPC_PORT (70613) must be between 1 and 65535"],
-     "invalid_argument", "ValueError: --grpc-port / SGLANG_GRPC_PORT (70613) must be between 1 and 65535"),
-    ("0.5.11", "srt/configs/model_config.py:452-477, captured (--context-length 4096, max_position_embeddings 2048)",
-     [f'  File "{SITE}/srt/configs/model_config.py", line 475, in _derive_context_length',
-      "    raise ValueError(",
-      "ValueError: Warning: User-specified context_length (4096) is greater than the derived context_length (2048). "
-      "This may lead to incorrect model outputs or CUDA errors. Note that the derived context_length may differ from "
-      "max_position_embeddings in the model's config. To allow overriding this maximum, set the env var "
-      "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"],
-     "context_length", "ValueError: Warning: User-specified context_length (4096) is greater than the derived"),
-    ("0.5.11", "srt/entrypoints/engine.py:1216-1224 (0.5.23 :2002-2010), captured (scheduler SIGKILLed while loading)",
-     [f'  File "{SITE}/srt/entrypoints/engine.py", line 1243, in _wait_for_scheduler_ready',
-      "    raise _scheduler_died_error(i, scheduler_procs[i])",
-      "RuntimeError: Rank 0 scheduler died during initialization (exit code: -9). If exit code is -9 (SIGKILL), a "
-      "common cause is the OS OOM killer. Run `dmesg -T | grep -i oom` to check."],
-     "subprocess_died", "RuntimeError: Rank 0 scheduler died during initialization (exit code: -9)."),
-    ("0.5.11", "srt/utils/watchdog.py:215-220 (0.5.23 the same), captured (scheduler SIGKILLed after ready)",
-     ["[2026-12-01 10:21:03] The server is fired up and ready to roll!",
-      "[2026-12-01 10:21:03] Subprocess scheduler_0 (pid=12483) crashed with exit code -9. Triggering SIGQUIT for cleanup...",
-      "[2026-12-01 10:21:03] SIGQUIT received. signum=None, frame=None. It usually means one child failed."],
-     "subprocess_died", "Subprocess scheduler_0 (pid=12483) crashed with exit code -9. Triggering SIGQUIT for cleanup..."),
-    ("0.5.11", "srt/utils/watchdog.py:153-156, debug_name from managers/scheduler_runtime_checker_mixin.py:581 (source text)",
-     ["[2026-12-01 10:30:00] Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)"],
-     "watchdog_timeout", "Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)"),
-]
+def test_stamps_with_ranks_and_milliseconds_are_stripped():
+    assert sglog.strip_stamp("[2026-12-01 10:00:00.123 DP0 TP3 EP3] Load weight begin. avail mem=1.00 GB") == \
+        "Load weight begin. avail mem=1.00 GB"
 
 
-@pytest.mark.parametrize("release, where, lines, cause, line", REAL, ids=[f"{c}:{w.split()[0]}" for _r, w, _l, c, _x in REAL])
-def test_real_sglang_messages(release, where, lines, cause, line):
-    found = sglog.classify(["[2026-12-01 10:00:00] Load weight begin. avail mem=20.98 GB", *lines])
-    assert found is not None, (release, where)
-    assert found["cause"] == cause, (release, where, found)
-    assert found["line"].startswith(line)
-    assert cause in sglog.CAUSES
+# -- start-up stages -----------------------------------------------------------------------
+
+def test_the_real_healthy_starts_walk_the_stages():
+    """The two real CPU logs (0.5.11 "Init torch distributed", 0.5.23 "Init parallel"; no graphs on CPU)."""
+    for release, lines in HEALTHY.items():
+        stages = [s for s in map(sglog.stage_of, lines) if s]
+        assert stages == ["distributed", "engine", "weights", "memory_pool", "engine", "http", "warmup", "serving"], release
+        assert set(stages) <= set(sglog.STAGES) and "starting" not in stages
 
 
-def test_a_value_error_outside_argument_resolution_is_not_invalid_argument():
-    """The generic ValueError/AssertionError rule needs a frame of SGLang's argument
-    resolution above it: a ValueError in a request handler is not a refused parameter."""
-    lines = [f'  File "{SITE}/srt/managers/tokenizer_manager.py", line 800, in _tokenize_one_request',
-             "    raise ValueError(",
-             "ValueError: The input (1100 tokens) is longer than the model's context length (1024 tokens)."]
-    assert sglog.classify(lines) is None
+@pytest.mark.parametrize("text, stage", [
+    # 0.5.9 model_executor/model_runner.py:731, 0.5.20 distributed/bootstrap.py:81, 0.5.23 :115 and :190
+    ("Init torch distributed begin.", "distributed"),
+    ("Init parallel ends. elapsed=0.03 s", "engine"),
+    # the draft model's own load re-enters weights (0.5.11 model_runner.py:1290)
+    ("Load weight begin. avail mem=21.98 GB", "weights"),
+    ("Load weight end. elapsed=40.12 s, type=Qwen3_5ForConditionalGeneration, avail mem=22.40 GB, mem usage=55.56 GB.", "memory_pool"),
+    # 0.5.20+ model_runner_components/startup_weight_load.py:538
+    ("Load weight end. Committed real weights after CUDA graph capture in 3.10 s (capture overlap window 2.00 s, "
+     "startup overlap total 9.00 s)", "engine"),
+    ("Memory pool end. avail mem=8.10 GB", "engine"),
+    # 0.5.11 model_runner.py:2779/:2797/:2907, eagle_worker_v2.py:277; 0.5.23 cuda_graph_setup.py:685/:759, eagle_worker_v2.py:515
+    ("Capture cuda graph begin. This can take up to several minutes. avail mem=8.10 GB", "cuda_graph"),
+    ("Capture cuda graph end. Time elapsed: 6.00 s. mem usage=0.50 GB. avail mem=7.60 GB.", "engine"),
+    ("Capture piecewise CUDA graph begin. avail mem=7.60 GB", "cuda_graph"),
+    ("Capture draft cuda graph begin. This can take up to several minutes. avail mem=7.00 GB", "cuda_graph"),
+    ("Capture draft extend cuda graph begin (step 0). This can take up to several minutes. avail mem=7.00 GB", "cuda_graph"),
+    ("Capture target prefill CUDA graph begin. backend=breakable, num_tokens=[512, 1024], avail mem=8.10 GB", "cuda_graph"),
+    ("Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, avail mem=8.10 GB", "cuda_graph"),
+    ("Capture target decode CUDA graph end. bs=[1, 2, 4], elapsed=6.00 s, mem usage=0.50 GB, avail mem=7.60 GB.", "engine"),
+    ("Capture Frozen-KV MTP draft cuda graph begin.", "cuda_graph"),
+    # 0.5.11 cuda_graph_runner.py:870 (the tqdm bar)
+    ("Capturing batches (bs=16 avail_mem=7.90 GB):  50%|#####     | 4/8 [00:02<00:02,  1.9it/s]", "cuda_graph"),
+    ("max_total_num_tokens=197762, chunked_prefill_size=2048, max_prefill_tokens=16384, max_running_requests=48, "
+     "context_len=65536, available_gpu_mem=2.10 GB", "http"),
+    ("INFO:     Uvicorn running on http://127.0.0.1:30000 (Press CTRL+C to quit)", "warmup"),
+    ("The server is fired up and ready to roll!", "serving"),
+    # not stages
+    ("Capture cuda graph failed: CUDA out of memory.", None),
+    ("[unified-memory-pool]   total_bytes=1, max_total_num_tokens=2, max_mamba_cache_size=3", None),
+    ("Disable piecewise CUDA graph because --disable-piecewise-cuda-graph is set", None),
+    ("W1201 17:15:01.483000 24042 torch/utils/cpp_extension.py:140] Load weight begin.", None),
+])
+def test_stage_of(text, stage):
+    assert sglog.stage_of("[2026-12-01 10:00:00 TP0] " + text) == stage
+    assert sglog.stage_of(text) == stage
+    assert stage is None or stage in sglog.STAGE_DESCRIPTIONS
 
 
-def test_the_draft_frame_hint_knows_the_v2_workers():
-    """0.5.11 runs speculative workers v2 by default (SGLANG_ENABLE_SPEC_V2): eagle_worker_v2.py."""
-    lines = ["Scheduler hit an exception: Traceback (most recent call last):",
-             f'  File "{SITE}/srt/speculative/eagle_worker_v2.py", line 120, in __init__', OOM]
-    assert sglog.classify(lines)["what"].endswith("while loading the draft model")
+def test_every_stage_is_described():
+    assert set(sglog.STAGE_DESCRIPTIONS) == set(sglog.STAGES)
