@@ -129,6 +129,22 @@ def progress_line(host: str, progress: dict, secrets: tuple[str, ...] = (), with
     return line + (f": {_clip(masked(str(text), secrets))}" if text and with_text else "")
 
 
+def up_to_date(progress: dict, now: float | None) -> dict:
+    """The progress with its elapsed times moved on to the host's ``now``: the module rewrites
+    the file at each event and every 5 s (not at all while one HTTP request waits), so its
+    figures are that much behind; a line must not show a wait that seems to stand still."""
+    written = _number(progress.get("time"))
+    if now is None or written is None:
+        return progress
+    age = max(0.0, now - written)
+    moved = dict(progress)
+    for key in ("elapsed", "stage_elapsed"):
+        value = _number(moved.get(key))
+        if value is not None:
+            moved[key] = value + age
+    return moved
+
+
 def _failed(msg: str, **extra) -> dict:
     return dict(extra, failed=True, changed=False, msg=msg)
 
@@ -274,18 +290,19 @@ class ActionModule(ActionBase):
         return result
 
     def _read_progress(self, path: str) -> dict | None:
-        """The progress file, or None when it is not there yet or is unreadable. A shell
-        ``cat`` rather than the slurp module: one command on the open connection instead of
-        a module shipped and started at every line; as the become user, since the module
-        (run as that user) writes the file with mode 0600."""
-        res = self._low_level_execute_command(f"cat {shlex.quote(path)}", sudoable=True)
+        """The progress file as of the host's clock now, or None when it is not there yet or
+        is unreadable. A shell ``cat`` rather than the slurp module: one command on the open
+        connection instead of a module shipped and started at every line; as the become
+        user, since the module (run as that user) writes the file with mode 0600."""
+        res = self._low_level_execute_command(f"date +%s && cat {shlex.quote(path)}", sudoable=True)
         if res.get("rc") != 0:
             return None
+        clock, dummy, body = (res.get("stdout") or "").strip().partition("\n")
         try:
-            progress = json.loads(res.get("stdout") or "")
+            progress = json.loads(body)
         except ValueError:
             return None
-        return progress if isinstance(progress, dict) else None
+        return up_to_date(progress, _number(clock)) if isinstance(progress, dict) else None
 
     def _remove_own_tmpdir(self, tmpdir: str) -> None:
         """Remove the directory of the progress file now, whatever happened; async_wrapper

@@ -19,6 +19,7 @@ from ansible_collections.inferops.sglang.plugins.action import wait_for_sglang a
 JID = "j123456.4242"
 TMP = "/home/deploy/.ansible/tmp/ansible-tmp-1767000000.1-99-1234"
 PROGRESS = f"{TMP}/{action_mod.PROGRESS_NAME}"
+EPOCH = 1767000000
 ARGS = dict(unit="sglang-qwen.service", url="http://127.0.0.1:30000", timeout=600)
 READY = dict(changed=False, ready=True, phase="settled", failure=None, cause=None, elapsed=41.3, msg="SGLang is ready",
              phases={"process": 0.01, "http": 30.2, "settled": 41.3}, timeline=[{"elapsed": 0.01, "phase": "process", "event": "up"}],
@@ -37,7 +38,8 @@ def finished(result: dict) -> dict:
 
 
 def progress(elapsed: float, **fields) -> dict:
-    record = dict(time=1767000000.0 + elapsed, elapsed=elapsed, phase="http", stage="weights", stage_elapsed=elapsed - 10,
+    """The progress file written ``elapsed`` s after the launch (the host's clock is EPOCH then)."""
+    record = dict(time=EPOCH + elapsed, elapsed=elapsed, phase="http", stage="weights", stage_elapsed=elapsed - 10,
                   event="stage weights (loading the weights)", last_log_line="Load weight begin. avail mem=70.12 GB")
     record.update(fields)
     return record
@@ -105,11 +107,12 @@ class Harness:
 
     def command(self, cmd, sudoable=True, in_data=None):
         self.commands.append((cmd, sudoable))
-        if cmd.startswith("cat "):
+        if cmd.startswith("date +%s && cat "):
             content = self.file(self.since())
+            clock = f"{EPOCH + int(self.since())}\n"
             if content is None:
-                return dict(rc=1, stdout="", stderr=f"cat: {PROGRESS}: No such file or directory")
-            return dict(rc=0, stdout=content if isinstance(content, str) else json.dumps(content), stderr="")
+                return dict(rc=1, stdout=clock, stderr=f"cat: {PROGRESS}: No such file or directory")
+            return dict(rc=0, stdout=clock + (content if isinstance(content, str) else json.dumps(content)), stderr="")
         return dict(rc=0, stdout="", stderr="")
 
     def removed(self) -> list[str]:
@@ -139,7 +142,7 @@ def test_the_module_runs_as_an_async_job_and_its_result_comes_back_as_it_returne
     assert [t for t, mode in h.polls if mode == "status"] == [2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22]
     assert h.polls[-1] == (22, "cleanup")
     # the progress file read as the become user, one line every 5 s
-    assert (f"cat {PROGRESS}", True) in h.commands
+    assert (f"date +%s && cat {PROGRESS}", True) in h.commands
     assert shown == [f"[ct129] wait_for_sglang: {t} s, phase http, stage weights {t - 10} s: Load weight begin. avail mem=70.12 GB"
                      for t in (6, 12, 18)]
     assert h.removed() == [f"rm -f -r {TMP} > /dev/null 2>&1"] and h.shell.tmpdir is None
@@ -160,6 +163,19 @@ def test_the_default_interval_is_15_s_and_a_line_comes_only_when_the_file_was_re
     assert shown == [f"[ct129] wait_for_sglang: {t} s, phase http: http answered" for t in (22, 38, 54)]
 
 
+def test_a_line_shows_the_time_since_the_file_was_written_too(shown):
+    """The module rewrites the file every 5 s (or less often while a request waits): a
+    line's times are the file's plus its age on the host's clock."""
+    def written(t):
+        at = t - t % 5
+        return progress(at, stage_elapsed=at / 2) if t < 30 else progress(20, stage=None, time="garbage")
+
+    h = Harness(dict(ARGS, progress_interval=3), job=lambda t: running() if t < 34 else finished(READY), file=written)
+    h.run()
+    expected = [f" {t} s, phase http, stage weights {(t - t % 5) / 2 + t % 5:.0f} s" for t in (4, 8, 12, 16, 20, 24, 28)]
+    assert [line.split(":")[1] for line in shown] == expected + [" 20 s, phase http"]
+
+
 def test_the_text_of_a_line_is_masked_and_left_out_for_a_no_log_task(shown):
     line = "server_args=ServerArgs(model_path='/srv/models/qwen', api_key='s3cret-key', admin_api_key='other', max_total_num_tokens=4096)"
     args = dict(ARGS, api_key="s3cret-key", progress_interval=1)
@@ -176,7 +192,7 @@ def test_a_progress_file_given_by_the_task_is_the_one_read_and_it_stays(shown):
                 job=lambda t: running() if t < 2 else finished(READY), file=lambda t: progress(t))
     assert h.run() == READY
     assert h.launches[0]["args"]["progress_file"] == "/var/lib/sglang/gate.json"
-    assert ("cat /var/lib/sglang/gate.json", True) in h.commands and h.removed() == []
+    assert ("date +%s && cat /var/lib/sglang/gate.json", True) in h.commands and h.removed() == []
 
 
 def test_a_job_killed_by_async_wrapper_at_its_limit_fails_saying_so(shown):
