@@ -145,8 +145,8 @@ def up_to_date(progress: dict, now: float | None) -> dict:
     return moved
 
 
-def _failed(msg: str, **extra) -> dict:
-    return dict(extra, failed=True, changed=False, msg=msg)
+def _failed(msg: str) -> dict:
+    return dict(failed=True, changed=False, msg=msg)
 
 
 class ActionModule(ActionBase):
