@@ -220,6 +220,7 @@ class Simulator:
         self.ready = threading.Event()
         self.unhealthy = False  # ServerStatus.UnHealthy after a failed /health (0.5.23 http_server.py:798)
         self.last_gen_throughput = 0.0
+        self.graph_usage: dict[str, float] = {}  # GiB per memory phase, as the captures took it
         self.crashed = threading.Event()
         self.lock = threading.Lock()
         self.client_requests = 0
@@ -467,6 +468,8 @@ class Simulator:
                 if index == 0 and stage.name == plan.failed_stage:
                     self._fail_stage(stage, free, total_mib, ranks, len(ranks))
                 free -= share
+                phase = self._memory_phase(capture)
+                self.graph_usage[phase] = self.graph_usage.get(phase, 0.0) + share
                 self._log_capture_end(capture, plan, share, free)
             if not captures:
                 if stage.name == plan.failed_stage:
@@ -501,6 +504,14 @@ class Simulator:
         steps = self.args.speculative_num_steps or 3
         return (["draft decode"] if steps > 1 else []) + ["draft extend"]
 
+    def _memory_phase(self, capture: str) -> str:
+        """The memory_usage["graph"] phase a capture is booked under: a draft runner's
+        "draft_decode", the target's "target_verify" under speculative decoding, else
+        "decode" (0.5.23 model_runner_components/cuda_graph_setup.py:703-708)."""
+        if capture == "target":
+            return "target_verify" if self.args.speculative_algorithm else "decode"
+        return "draft_extend" if capture == "draft extend" else "draft_decode"
+
     def _phase_name(self, capture: str) -> str:
         """capture_name of a model runner's decode capture: "target verify" under
         speculative decoding, else "target decode" (0.5.14 model_runner.py:2550-2558)."""
@@ -513,8 +524,9 @@ class Simulator:
         if not self.release.capture_log_names_phase:
             if capture in ("target", "draft"):  # 0.5.11 model_executor/model_runner.py:2778-2780
                 log(f"Capture {'cuda graph'} begin. This can take up to several minutes. avail mem={free:.2f} GB", 0)
-            else:  # 0.5.11 speculative/eagle_worker_v2.py:277, :317
-                log(f"Capture {capture} cuda graph begin. This can take up to several minutes. avail mem={free:.2f} GB", 0)
+            else:  # 0.5.11 speculative/eagle_worker_v2.py:277 ("draft", the decode capture), :317 ("draft extend")
+                log(f"Capture {capture.removesuffix(' decode')} cuda graph begin. This can take up to several minutes. "
+                    f"avail mem={free:.2f} GB", 0)
         elif capture in ("target", "draft"):
             # 0.5.14 model_runner.py:2562-2566; from 0.5.22 bs= is on the end line (0.5.23 cuda_graph_setup.py:758-762)
             tokens = self.num_draft_tokens if self.args.speculative_algorithm else 1
@@ -535,7 +547,7 @@ class Simulator:
                 log(f"Capture {'cuda graph'} end. Time elapsed: {elapsed:.2f} s. mem usage={gib:.2f} GB. "
                     f"avail mem={free:.2f} GB.", 0)
             else:  # 0.5.11 speculative/eagle_worker_v2.py:284, :324
-                log(f"Capture {capture} cuda graph end. Time elapsed: {elapsed:.2f} s. mem usage={gib:.2f} GB. "
+                log(f"Capture {capture.removesuffix(' decode')} cuda graph end. Time elapsed: {elapsed:.2f} s. mem usage={gib:.2f} GB. "
                     f"avail mem={free:.2f} GB.", 0)
         elif capture in ("target", "draft"):
             # 0.5.14 model_runner.py:2587-2591; 0.5.23 cuda_graph_setup.py:787-793 (bs=runner.capture_bs)
@@ -716,6 +728,7 @@ class Simulator:
         figures = {
             "last_gen_throughput": self.last_gen_throughput,
             "available_gib": self._free_after(self.plan) if self.plan else 0.0,
+            "graph_usage": dict(self.graph_usage),
             "avg_spec_accept_length": ACCEPT_LENGTH.get(self.args.speculative_algorithm or "") if self.ready.is_set() else None,
         }
         return server_info.build(self.release, self.args, self.plan, self.context_len, self.argv, figures)

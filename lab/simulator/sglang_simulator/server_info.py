@@ -27,6 +27,8 @@ from .versions import Release
 STATUS_READY = "ready"
 # model_executor/graph_memory_usage.py:5-12 (0.5.17-0.5.23)
 GRAPH_PHASES = ("prefill", "decode", "target_verify", "draft_prefill", "draft_decode", "draft_extend")
+# 0.5.23 scheduler_components/internal_state.py:31, summed into decode_cuda_graph_memory_gb
+DECODE_GRAPH_PHASES = ("decode", "target_verify", "draft_decode", "draft_extend")
 
 
 def resolved_args(release: Release, args: argparse.Namespace, plan: MemoryPlan | None) -> dict:
@@ -58,23 +60,17 @@ def graph_enabled(release: Release, args: argparse.Namespace) -> bool:
     return not (release.split_cuda_graph_flags and args.cuda_graph_backend_decode == "disabled")
 
 
-def graph_gib(plan: MemoryPlan, name: str) -> float:
-    return sum(s.gib for s in plan.dynamic if s.name == name)
-
-
-def memory_usage(release: Release, plan: MemoryPlan, available_gib: float, speculative: bool) -> dict:
+def memory_usage(release: Release, plan: MemoryPlan, figures: dict) -> dict:
     """memory_usage of one scheduler: 0.5.11 managers/scheduler.py:3372-3380 (graph one float);
-    0.5.17+ scheduler_components/memory_usage.py:15-41 (graph per phase, rounded to 3 places)."""
-    target, draft = graph_gib(plan, "cuda_graph"), graph_gib(plan, "draft_cuda_graph")
+    0.5.17+ scheduler_components/memory_usage.py:15-41 (graph per phase, rounded to 3 places).
+    figures["graph_usage"]: GiB per phase as the simulator's captures took it."""
+    taken = figures["graph_usage"]
     if not release.memory_usage_by_phase:
         return {"weight": round(plan.target_weights_gib, 2), "kvcache": round(plan.kv_gib, 2),
-                "token_capacity": int(plan.max_total_tokens), "graph": round(target + draft, 2)}
-    graph = dict.fromkeys(GRAPH_PHASES, 0.0)
-    # the target's decode graph is its verify graph under speculative decoding (cuda_graph_setup.py:703-708)
-    graph["target_verify" if speculative else "decode"] = round(target, 3)
-    graph["draft_decode"] = round(draft, 3)
+                "token_capacity": int(plan.max_total_tokens), "graph": round(sum(taken.values()), 2)}
+    graph = {phase: round(taken.get(phase, 0.0), 3) for phase in GRAPH_PHASES}
     return {"weight": round(plan.target_weights_gib, 3), "kvcache": round(plan.kv_gib, 3),
-            "startup_available": round(available_gib, 3), "token_capacity": int(plan.max_total_tokens),
+            "startup_available": round(figures["available_gib"], 3), "token_capacity": int(plan.max_total_tokens),
             "token_capacity_swa": None, "graph": graph}
 
 
@@ -86,13 +82,13 @@ def internal_state(release: Release, args: argparse.Namespace, plan: MemoryPlan,
     if release.internal_state_world_size:
         state["world_size"] = args.tp_size * args.pp_size
     state["last_gen_throughput"] = figures["last_gen_throughput"]
-    state["memory_usage"] = memory_usage(release, plan, figures["available_gib"], speculative)
+    state["memory_usage"] = memory_usage(release, plan, figures)
     state["effective_max_running_requests_per_dp"] = plan.max_running_requests
     if release.internal_state_decode_graph_bs:
         captured = capture_batch_sizes(plan.cuda_graph_max_bs, speculative) if graph_enabled(release, args) else []
         state["decode_cuda_graph_bs"] = captured
         phases = state["memory_usage"]["graph"]
-        state["decode_cuda_graph_memory_gb"] = round(sum(phases[p] for p in ("decode", "target_verify", "draft_decode", "draft_extend")), 3)
+        state["decode_cuda_graph_memory_gb"] = round(sum(phases[p] for p in DECODE_GRAPH_PHASES), 3)
     if speculative and figures.get("avg_spec_accept_length") is not None:
         state["avg_spec_accept_length"] = figures["avg_spec_accept_length"]
     return state
@@ -100,7 +96,8 @@ def internal_state(release: Release, args: argparse.Namespace, plan: MemoryPlan,
 
 def build(release: Release, args: argparse.Namespace, plan: MemoryPlan | None, context_len: int, argv: list[str],
           figures: dict) -> dict:
-    """The whole /server_info body; figures: last_gen_throughput, available_gib, avg_spec_accept_length."""
+    """The whole /server_info body; figures: last_gen_throughput, available_gib (after start-up),
+    graph_usage (GiB per graph phase), avg_spec_accept_length (None before the first generation)."""
     top = resolved_args(release, args, plan)
     body = dict(top)
     if release.server_info_launch_command:
