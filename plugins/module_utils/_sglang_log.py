@@ -424,12 +424,20 @@ def _end_of_message(lines: list[str], start: int) -> int:
 def _traceback(lines: list[str], start: int) -> tuple[int, list[str]] | None:
     """The index of the exception line of the traceback whose header is at
     ``start``, and its frames; lines of other processes (stamped) in between are
-    skipped."""
+    skipped unless they read as a frame or a strict exception line."""
     frames = []
     for index in range(start + 1, min(len(lines), start + 1 + _TRACEBACK_SPAN)):
         raw = lines[index]
         text = raw.rstrip()
-        if _stamped(raw) or not text.strip():
+        if _stamped(raw):
+            # Another process's line, or a traceback stamped line by line (the lab simulator's log does so).
+            text = _STAMP.sub("", _ANSI.sub("", raw)).rstrip()
+            if text[:1].isspace():
+                frames.append(text)
+            elif _ORPHAN.match(text):
+                return index, frames
+            continue
+        if not text.strip():
             continue
         if text[0].isspace():
             frames.append(text)
