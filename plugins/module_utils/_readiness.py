@@ -626,6 +626,11 @@ def _socket_inodes(pid: int, proc: str = "/proc") -> set[int]:
 _SECRET_FLAG = re.compile(r"^--?([\w]+[-_])*(key|token|secret|password|passwd)([-_][\w]+)*$", re.IGNORECASE)
 
 
+# The same names as arguments of a repr (ServerArgs(..., api_key='...', ...)) or a flag=value.
+_SECRET_ASSIGNMENT = re.compile(r"\b((?:[\w]+[-_])*(?:key|token|secret|password|passwd)(?:[-_][\w]+)*\s*[=:]\s*)"
+                                r"('[^']*'|\"[^\"]*\"|[^\s,)]+)", re.IGNORECASE)
+
+
 def redact_argv(argv: list[str]) -> list[str]:
     """argv with the values of secret-looking flags replaced by ********."""
     out: list[str] = []
@@ -902,8 +907,18 @@ class Gate:
             "stage": self.stage,
             "stage_elapsed": round(time.monotonic() - self.stage_since, 1) if self.stage else None,
             "event": self.timeline[-1]["event"] if self.timeline else None,
-            "last_log_line": sglog.last_meaningful(list(self.lines)[-50:]),
+            "last_log_line": self._masked(sglog.last_meaningful(list(self.lines)[-50:])),
         }
+
+    def _masked(self, text: str | None) -> str | None:
+        """A log line without secrets: SGLang logs every server argument at INFO,
+        the API key in clear (0.5.11 srt/entrypoints/engine.py:679), and the
+        progress file is outside Ansible's no_log masking."""
+        if not text:
+            return text
+        if self.client.api_key:
+            text = text.replace(self.client.api_key, "********")
+        return _SECRET_ASSIGNMENT.sub(lambda m: m.group(1) + "********", text)
 
     def _write_progress(self) -> None:
         """Rewrite the progress file (atomically, 0600: it can hold log lines);
@@ -926,6 +941,7 @@ class Gate:
         self._event(text)
         index = PHASES.index(phase)
         self.phase = PHASES[min(index + 1, len(PHASES) - 1)]
+        self._write_progress()  # the phase now being checked
 
     def _enter(self, stage: str, line: str | None, at: float | None = None) -> None:
         self.stage, self.stage_line = stage, line

@@ -268,7 +268,9 @@ def test_log_file_progress_is_reported(fake):
     result = gate(server.port, r.PidWatcher(server.pid, str(server.log)))
     assert result["ready"]
     events = [e["event"] for e in result["timeline"]]
-    assert events[0].startswith("process alive") and events[-1].startswith("same process after")
+    # a process that just started is in the implicit first stage, then passes its phases
+    assert events[0].startswith("stage starting (") and events[1].startswith("process alive")
+    assert events[-1].startswith("same process after")
     assert result["last_log_line"]
 
 
@@ -601,3 +603,19 @@ def test_lines_logged_under_the_units_name_by_someone_else_are_not_read():
     assert run([forged])["cause"] == "unknown"
     # the unit's own main process (seen by the gate as MainPID 4242) is read
     assert run([forged, *own])["cause"] == "kv_pool_too_small"
+
+
+def test_the_progress_file_never_holds_the_key(hanging, tmp_path):
+    """SGLang logs its arguments with the key in clear (0.5.11 srt/entrypoints/engine.py:679);
+    the progress file, which Ansible's no_log does not mask, holds neither the gate's key
+    nor any key-like argument."""
+    h = hanging([*CAPTURE[:3], "[2026-12-01 17:15:13] server_args=ServerArgs(model_path='/m', api_key='k3y-in-log', "
+                 "admin_api_key='adm1n', tokenizer_mode='auto')"])
+    progress = tmp_path / "p.json"
+    client = r.Client(f"http://127.0.0.1:{free_port()}", "k3y-in-log", True, 10)
+    result = r.Gate(client, h.watcher(), timeout=DEADLINE, interval=0.25, budgets={"weights": 1},
+                    progress_file=str(progress)).run()
+    assert result["failure"] == "stalled" and result["stage"] == "weights"
+    state = json.loads(progress.read_text())
+    assert "api_key=********" in state["last_log_line"] and "admin_api_key=********" in state["last_log_line"]
+    assert "k3y-in-log" not in progress.read_text() and "adm1n" not in progress.read_text()
