@@ -395,7 +395,6 @@ class _Record:
         self.order = index
         self.text = text
         self.frames = frames
-        self.fallback = fallback
         self.announces = announces
         self.cause = _cause_of(text, frames) or fallback
 
