@@ -255,6 +255,18 @@ def ngram_devices(wheel: Wheel) -> tuple[str, ...]:
     return found[0]
 
 
+SERVER_INFO_FILES = ("sglang/srt/entrypoints/http_server.py", "sglang/srt/utils/common.py")
+
+
+def server_info_source(wheel: Wheel, name: str) -> str:
+    """The /server_info handler and, from 0.5.22, build_server_info (utils/common.py)."""
+    source = wheel.source(name)
+    if name.endswith("common.py"):
+        start = source.find("def build_server_info(")
+        return source[start:source.find("\ndef ", start + 1)] if start >= 0 else ""
+    return source
+
+
 # -- 1. versions.py --------------------------------------------------------------------------
 
 @pytest.mark.parametrize("wheel_path", WHEELS, ids=IDS)
@@ -294,6 +306,25 @@ def test_version_switches_match_the_wheel(wheel_path):
         "has_resolve_once": "def resolve_once(self)" in wheel.source("sglang/srt/server_args.py")
                             and "server_args.resolve_once()" in wheel.source("sglang/launch_server.py"),
         "ngram_devices": ngram_devices(wheel),
+        # decide_request_auth's exempt prefixes (0.5.11 utils/auth.py:100, 0.5.20 :101-105)
+        "ready_skips_api_key": 'path.startswith("/ready")' in wheel.source("sglang/srt/utils/auth.py"),
+        # /server_info keys (0.5.13.post1 http_server.py:656, 0.5.20 :840, 0.5.23 :889; from 0.5.22
+        # build_server_info in utils/common.py adds kv_events and launch_command, 0.5.23 :3590-3592)
+        "server_info_kv_events": any('"kv_events"' in server_info_source(wheel, n) for n in SERVER_INFO_FILES),
+        "server_info_launch_command": any('"launch_command"' in server_info_source(wheel, n) for n in SERVER_INFO_FILES),
+        "server_info_frontend": '"frontend": "python"' in wheel.source("sglang/srt/entrypoints/http_server.py"),
+        # get_internal_state's additions (0.5.23 scheduler_components/internal_state.py:67, :99)
+        "internal_state_world_size": bool(grep(wheel, 'state["world_size"]', "sglang/srt/managers/")
+                                          or grep(wheel, 'ret["world_size"]', "sglang/srt/managers/")),
+        "internal_state_decode_graph_bs": bool(grep(wheel, 'state["decode_cuda_graph_bs"]', "sglang/srt/managers/")
+                                               or grep(wheel, 'ret["decode_cuda_graph_bs"]', "sglang/srt/managers/")),
+        "memory_usage_by_phase": wheel.has("sglang/srt/model_executor/graph_memory_usage.py"),
+        # start-up lines (0.5.23 distributed/bootstrap.py:115; 0.5.11 model_runner.py:2256)
+        "logs_init_parallel": bool(grep(wheel, 'logger.info("Init parallel begin.")')),
+        "kv_cache_log_names_dtype": not grep(wheel, "Using KV cache dtype"),
+        "capture_log_names_phase": bool(grep(wheel, "Capture draft decode CUDA graph begin")),
+        "capture_log_num_tokens_per_req": bool(grep(wheel, "num_tokens_per_req={num_tokens_per_req}", "sglang/srt/model_executor/")),
+        "capture_log_bs_at_end": bool(grep(wheel, 'f"bs={runner.capture_bs}, "', "sglang/srt/model_executor/")),
     }
     simulated = {name: getattr(rel, name) for name in real}
     assert simulated == real, {k: (simulated[k], real[k]) for k in real if simulated[k] != real[k]}

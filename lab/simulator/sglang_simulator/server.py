@@ -46,6 +46,8 @@ STARTUP_LIBRARIES = ("libcuda.so.1",)
 # decide_request_auth: paths that need no key, matched by prefix (0.5.11 utils/auth.py:100;
 # /ready joins them in 0.5.20, utils/auth.py:101-105).
 AUTH_EXEMPT_PREFIXES = ("/health", "/metrics")
+# --kv-cache-dtype auto on a bf16 checkpoint: the model's dtype
+KV_CACHE_DTYPE = "torch.bfloat16"
 # SGLANG_SIMULATOR_HANG=<stage>: hang silently in that stage (see Simulator.hang_point).
 HANG_STAGES = ("distributed", "weights", "cuda_graph")
 WORDS = (
@@ -434,7 +436,7 @@ class Simulator:
 
     def _log_pools(self, plan: memory.MemoryPlan) -> None:
         if not self.release.kv_cache_log_names_dtype:
-            log("Using KV cache dtype: torch.bfloat16", 0)  # 0.5.11 model_executor/model_runner.py:2256
+            log(f"Using KV cache dtype: {KV_CACHE_DTYPE}", 0)  # 0.5.11 model_executor/model_runner.py:2256
         if plan.mamba_slots:
             log(
                 f"Mamba Cache is allocated. max_mamba_cache_size: {plan.mamba_slots}, "
@@ -444,7 +446,7 @@ class Simulator:
             )
         half = plan.kv_gib / 2
         # 0.5.11 mem_cache/memory_pool.py:735; from 0.5.13.post1 the dtype first (memory_pool.py:819)
-        dtype = "dtype: torch.bfloat16, " if self.release.kv_cache_log_names_dtype else ""
+        dtype = f"dtype: {KV_CACHE_DTYPE}, " if self.release.kv_cache_log_names_dtype else ""
         log(f"{'KV Cache'} {'is allocated'}. {dtype}#tokens: {plan.max_total_tokens}, K size: {half:.2f} GB, V size: {half:.2f} GB", 0)
 
     def _free_after(self, plan: memory.MemoryPlan) -> float:
