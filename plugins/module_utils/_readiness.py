@@ -1181,6 +1181,7 @@ class Gate:
             "cause_summary": found["what"] if found else None,
             "cause_line": found["line"] if found else None,
             "advice": found["advice"] if found else None,
+            "other_causes": found.get("others", []) if found else [],
             "evidence": found["evidence"] if found else (sglog.error_tail(lines) if failure and lines else []),
             "elapsed": self.elapsed(),
             "since_start": round(since_start, 1) if since_start is not None else None,

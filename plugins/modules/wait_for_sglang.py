@@ -57,17 +57,22 @@ description:
     C(generation_empty) (it returned no text or no tokens), C(generation_timeout) (it did not answer within
     O(request_timeout)), C(timeout) (the deadline passed in another phase).'
   - 'I(cause) is one of: C(kv_pool_too_small) (SGLang could not size its KV pool: "Not enough memory. Please try to increase
-    --mem-fraction-static"), C(cuda_graph_capture) ("Capture cuda graph failed"), C(cuda_library) (C(ctypes.CDLL),
-    "cannot open shared object file", "Could not load any common_ops library"), C(gpu_lost) ("CUDA-capable device(s) is/are
-    busy or unavailable", "GPU is lost"), C(gpu_count) ("invalid device ordinal"), C(cuda_oom) ("CUDA out of memory"),
-    C(nccl_error), C(address_in_use) ("[Errno 98]"), C(bad_flag) (argparse rejected a removed, renamed or unknown flag),
-    C(model_path) (missing model directory or config.json), C(context_length) (longer than the model''s own),
-    C(radix_cache_speculative) ("Speculative decoding for ... is not compatible with radix cache", 0.5.10.post1 to 0.5.13.post1
-    on hybrid linear-attention models), C(invalid_argument) (a C(ValueError) or C(AssertionError) from SGLang''s argument
-    resolution, e.g. "SGLANG_GRPC_PORT (70613) must be between 1 and 65535" for a port above 55535 on 0.5.11),
-    C(warmup_failed), C(watchdog_timeout) ("Scheduler watchdog timeout"), C(subprocess_died) ("Rank 0 scheduler died
-    during initialization (exit code: -9)", "Subprocess scheduler_0 (pid=...) crashed with exit code -9": a subprocess
-    killed, typically by the host''s OOM killer), or C(unknown) when the log of a failed process names none of these.'
+    --mem-fraction-static", 0.5.14+ "Loaded weights leave no GPU memory for the KV cache"), C(cuda_graph_capture) (a decode,
+    prefill, frozen-KV MTP or draft CUDA graph capture failed, 0.5.11 "Piecewise CUDA Graph failed with error"),
+    C(cuda_library) ("cannot open shared object file", an undefined symbol, "Could not load any common_ops library"),
+    C(attention_backend) (a Triton kernel found no GPU driver, "0 active drivers": the attention backend or device does
+    not fit the host), C(gpu_lost) ("CUDA-capable device(s) is/are busy or unavailable", "GPU is lost"), C(gpu_count)
+    ("invalid device ordinal"), C(cuda_oom) ("CUDA out of memory"; "while loading the draft model" when a speculative
+    frame is in the traceback), C(nccl_error), C(address_in_use) ("[Errno 98]"), C(bad_flag) (argparse rejected a removed,
+    renamed or unknown flag), C(model_path) (missing model directory or config.json), C(model_architecture) ("Model
+    architectures [...] are not supported"), C(context_length) (longer than the model''s own),
+    C(radix_cache_speculative) ("Speculative decoding for ... is not compatible with radix cache", 0.5.10.post1 to
+    0.5.13.post1 on hybrid linear-attention models), C(invalid_argument) (a C(ValueError) or C(AssertionError) from
+    SGLang''s argument resolution, e.g. "SGLANG_GRPC_PORT (70613) must be between 1 and 65535" for a port above 55535 on
+    0.5.11), C(warmup_failed), C(watchdog_timeout) ("Scheduler watchdog timeout"), C(subprocess_died) ("Rank 0 scheduler
+    died during initialization (exit code: -9)", "Subprocess scheduler_0 (pid=...) crashed with exit code -9": a
+    subprocess killed, typically by the host''s OOM killer; reported only when no more specific cause is in the run), or
+    C(unknown) when the log of a failed process names none of these. A stop (SGLang''s own "SIGTERM received") is no cause.'
   - The progress (each phase and stage reached) is written to the target's syslog/journal while the module
     runs (C(journalctl -t ansible-inferops.sglang.wait_for_sglang -f)), to O(progress_file), and returned in RV(timeline)
     and RV(last_log_line). The collection's action plugin of the same name runs the module asynchronously and prints
@@ -253,6 +258,12 @@ advice:
   returned: always
   type: str
   sample: Lower context_length/max_running_requests or raise mem_fraction_static
+other_causes:
+  description: Other known causes the failing run's log shows, before the one nearest the death (cause and line each), nearest first.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"cause": "cuda_library", "line": "OSError: libcudart.so.12: cannot open shared object file: No such file or directory"}]
 evidence:
   description: The few log lines that show the cause (timestamps removed).
   returned: always
