@@ -313,7 +313,7 @@ def test_version_switches_match_the_wheel(wheel_path):
         "server_info_kv_events": any('"kv_events"' in server_info_source(wheel, n) for n in SERVER_INFO_FILES),
         "server_info_launch_command": any('"launch_command"' in server_info_source(wheel, n) for n in SERVER_INFO_FILES),
         "server_info_frontend": '"frontend": "python"' in wheel.source("sglang/srt/entrypoints/http_server.py"),
-        # get_internal_state's additions (0.5.23 scheduler_components/internal_state.py:67, :99)
+        # get_internal_state's additions (0.5.23 scheduler_components/internal_state.py:67, :101)
         "internal_state_world_size": bool(grep(wheel, 'state["world_size"]', "sglang/srt/managers/")
                                           or grep(wheel, 'ret["world_size"]', "sglang/srt/managers/")),
         "internal_state_decode_graph_bs": bool(grep(wheel, 'state["decode_cuda_graph_bs"]', "sglang/srt/managers/")

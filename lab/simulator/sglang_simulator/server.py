@@ -6,13 +6,13 @@ graphs, load the draft model (before 0.5.14), then bind HTTP (connection
 refused until then), answer /v1/models at once, run the warmup generation and
 only then answer /health with 200 ("The server is fired up and ready to roll!").
 
-Failures are SGLang's: a pool that does not fit logs the pool error and the
-process is killed through SGLang's "sigquit from a child" path (systemd sees
-``Result: signal``); an out-of-memory while loading the draft on a
-multi-rank server, or while capturing CUDA graphs, leaves the process alive and
-never listening (the other ranks wait forever); a CUDA library that the build
-loads lazily and the host lacks kills the process on the first client request,
-after /health passed.
+Failures are SGLang's: a pool that does not fit, an out-of-memory while loading
+the draft or capturing CUDA graphs log the error and the process is killed
+through SGLang's "sigquit from a child" path (systemd sees ``Result: signal``);
+a CUDA library that the build loads lazily and the host lacks kills the process
+on the first client request, after /health passed. What only the simulator can
+do on demand is a real hang (SGLANG_SIMULATOR_HANG=distributed|weights|cuda_graph):
+the stage's first line, then silence, alive, never listening.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from . import hardware as hw
 from . import memory
 from . import model as model_mod
 from . import radix
-from . import server_info
+from . import server_info as info_mod
 from .args import ArgumentValidationError, build_parser, ddtree_build_installed, merge_config, parser_prog, resolve, server_config
 from .versions import DEFAULT_VERSION, Release, release as make_release
 
@@ -48,8 +48,6 @@ STARTUP_LIBRARIES = ("libcuda.so.1",)
 AUTH_EXEMPT_PREFIXES = ("/health", "/metrics")
 # --kv-cache-dtype auto on a bf16 checkpoint: the model's dtype
 KV_CACHE_DTYPE = "torch.bfloat16"
-# SGLANG_SIMULATOR_HANG=<stage>: hang silently in that stage (see Simulator.hang_point).
-HANG_STAGES = ("distributed", "weights", "cuda_graph")
 WORDS = (
     "the model answers with a steady stream of plain words so that every request "
     "returns the same text for the same prompt and the readiness gate can check "
@@ -99,7 +97,7 @@ def auth_exempt(release: Release, path: str) -> bool:
 
 
 def bearer_matches(header: str, key: str) -> bool:
-    """_check_bearer_token (0.5.11 utils/auth.py:107-114): "Bearer" in any case, one space."""
+    """_check_bearer_token (0.5.11 utils/auth.py:103-112): "Bearer" in any case, one space."""
     parts = header.split(" ", 1)
     return len(parts) == 2 and parts[0].lower() == "bearer" and parts[1] == key
 
@@ -733,7 +731,7 @@ class Simulator:
             "graph_usage": dict(self.graph_usage),
             "avg_spec_accept_length": ACCEPT_LENGTH.get(self.args.speculative_algorithm or "") if self.ready.is_set() else None,
         }
-        return server_info.build(self.release, self.args, self.plan, self.context_len, self.argv, figures)
+        return info_mod.build(self.release, self.args, self.plan, self.context_len, self.argv, figures)
 
     def generate(self, prompt: str, max_new_tokens: int, client: bool = True) -> dict:
         algorithm = self.args.speculative_algorithm

@@ -203,7 +203,7 @@ class Release:
     @property
     def internal_state_decode_graph_bs(self) -> bool:
         # state["decode_cuda_graph_bs"], the decode batch sizes captured, from 0.5.21
-        # (0.5.23 scheduler_components/internal_state.py:93-104).
+        # (0.5.23 scheduler_components/internal_state.py:101-103).
         return self.version >= (0, 5, 21)
 
     # -- start-up log ------------------------------------------------------------------

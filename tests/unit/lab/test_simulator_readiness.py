@@ -62,7 +62,7 @@ def test_api_key_exemptions_are_the_releases(launch, version, ready_without_key)
     for path in ("/v1/models", "/server_info"):
         assert server.request("GET", path) == (401, {"error": "Unauthorized"})
         assert server.status(path, headers={"Authorization": "Bearer wrong"}) == 401
-        # _check_bearer_token: the scheme in any case (0.5.11 utils/auth.py:107-114)
+        # _check_bearer_token: the scheme in any case (0.5.11 utils/auth.py:103-112)
         assert server.status(path, headers={"Authorization": f"bearer {KEY}"}) == 200
     # dataclasses.asdict(server_args): the key in clear (0.5.11 http_server.py:640-641)
     assert server.request("GET", "/server_info", headers=AUTH)[1]["api_key"] == KEY
@@ -110,7 +110,7 @@ def test_server_info_0_5_23_shape(launch):
     assert "cuda_graph_bs" not in info and info["cuda_graph_max_bs_decode"] is None
     [state] = info["internal_states"]
     assert state["effective_max_running_requests_per_dp"] == log["running"] and state["world_size"] == 2
-    assert state["decode_cuda_graph_bs"] == decode["bs"]  # internal_state.py:93-104, the sizes captured
+    assert state["decode_cuda_graph_bs"] == decode["bs"]  # internal_state.py:101-103, the sizes captured
     graph = state["memory_usage"]["graph"]  # graph_memory_usage.py:5-12
     assert set(graph) == {"prefill", "decode", "target_verify", "draft_prefill", "draft_decode", "draft_extend"}
     # each capture booked under its phase (cuda_graph_setup.py:703-708, eagle_worker_v2.py:520-524, :641-645)
