@@ -827,8 +827,10 @@ def stall_budgets(overrides: dict | None) -> dict[str, float]:
 #   max_running_requests   internal effective_max_running_requests_per_dp (x dp_size);
 #                          the top-level max_running_requests is the flag as given
 #   chunked_prefill_size, mem_fraction_static, context_length, version: top level
-#   cuda_graph_bs          0.5.11 top cuda_graph_bs; 0.5.23 internal decode_cuda_graph_bs;
-#                          [] when disable_cuda_graph is true
+#   cuda_graph_bs          0.5.9-0.5.13 top cuda_graph_bs (listed even with graphs off);
+#                          0.5.14-0.5.20 top cuda_graph_config.decode.bs (backend "disabled"
+#                          when off); 0.5.21+ internal decode_cuda_graph_bs (the captured
+#                          sizes); [] when disable_cuda_graph is true
 
 
 def server_figures(info: object) -> dict | None:
@@ -843,8 +845,12 @@ def server_figures(info: object) -> dict | None:
     running = per_dp * dp if isinstance(per_dp, int) else info.get("max_running_requests")
     graphs = info.get("cuda_graph_bs")
     if graphs is None:
-        graphs = state.get("decode_cuda_graph_bs", state.get("cuda_graph_bs"))
-    if info.get("disable_cuda_graph") is True:
+        graphs = state.get("decode_cuda_graph_bs")
+    config = info.get("cuda_graph_config")
+    decode = config.get("decode") if isinstance(config, dict) and isinstance(config.get("decode"), dict) else {}
+    if graphs is None:
+        graphs = decode.get("bs")
+    if info.get("disable_cuda_graph") is True or decode.get("backend") == "disabled":
         graphs = []
     return {
         "version": info.get("version"),

@@ -451,6 +451,11 @@ INFO_0_5_23 = {"version": "0.5.23", "max_total_num_tokens": 4096, "max_running_r
     (INFO_0_5_23, {"version": "0.5.23", "max_total_tokens": 4096, "max_running_requests": 16, "chunked_prefill_size": 4096,
                    "mem_fraction_static": 0.719, "context_length": 1024, "cuda_graph_bs": [1, 2, 4]}),
     ({**INFO_0_5_11, "disable_cuda_graph": True}, {"cuda_graph_bs": []}),
+    # 0.5.14-0.5.20: only the resolved cuda_graph_config (the simulator's and the wheels' shape)
+    ({**INFO_0_5_11, "cuda_graph_bs": None, "cuda_graph_config": {"decode": {"backend": "full", "bs": [1, 2, 4], "max_bs": 4}}},
+     {"cuda_graph_bs": [1, 2, 4]}),
+    ({**INFO_0_5_11, "cuda_graph_bs": None, "cuda_graph_config": {"decode": {"backend": "disabled", "bs": [1, 2]}}},
+     {"cuda_graph_bs": []}),
     ("not json", None),
 ])
 def test_server_figures(info, figures):
