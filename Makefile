@@ -59,12 +59,16 @@ lab: setup real
 lab-down:
 	lab/labctl down
 
-## Benchmarks (figures, not pass/fail): readiness time to verdict on the lab,
-## and the memory planner's plans per second (no lab needed: make bench-plan).
-bench: setup bench-plan
+## Benchmarks (figures, not pass/fail): readiness time to verdict on the lab
+## (every field case, the stall of graph-hang included) and against real SGLang
+## 0.5.11/0.5.23 on CPU (lab/bench/readiness_real.py, about 10 min), each gate
+## against the naive uri loop; and the memory planner's plans per second (no
+## lab needed: make bench-plan).
+bench: setup real bench-plan
 	lab/labctl up
 	ansible-playbook -i inventories/lab lab/playbooks/field_cases.yml
 	python lab/bench/readiness.py
+	python lab/bench/readiness_real.py
 
 bench-plan: $(VENV)/.stamp
 	python lab/bench/planner.py
