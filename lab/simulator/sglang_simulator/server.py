@@ -78,8 +78,9 @@ def _stamp(rank: int | None = None) -> str:
 
 
 def log(message: str, rank: int | None = None) -> None:
-    for line in message.splitlines() or [""]:
-        sys.stdout.write(f"{_stamp(rank)} {line}\n")
+    """One logging record: as Python's logging does, only its first line carries
+    the stamp (a traceback in the message keeps its own lines as they are)."""
+    sys.stdout.write(f"{_stamp(rank)} {message}\n")
     sys.stdout.flush()
 
 
