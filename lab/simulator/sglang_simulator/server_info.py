@@ -107,7 +107,7 @@ def build(release: Release, args: argparse.Namespace, plan: MemoryPlan | None, c
         body.update(status=STATUS_READY, max_total_num_tokens=plan.max_total_tokens,
                     max_req_input_len=min(context_len - 1, plan.max_total_tokens - 1) - 5)
         ranks = max(1, args.dp_size)
-        body["internal_states"] = [internal_state(release, args, plan, top, figures) for _ in range(ranks)]
+        body["internal_states"] = [internal_state(release, args, plan, top, figures) for _rank in range(ranks)]
     body["version"] = release.text
     if release.server_info_kv_events:
         body["kv_events"] = None  # no --kv-events-config: publishing disabled

@@ -437,8 +437,8 @@ def test_ready_endpoint_absent_before_0_5_20_passes(fake):
 # 0.5.23 ones per rank; the running-request cap per DP rank; the API key at the top level.
 INFO_0_5_11 = {"version": "0.5.11", "max_total_num_tokens": 4096, "max_running_requests": None, "chunked_prefill_size": 2048,
                "mem_fraction_static": 0.843, "context_length": 1024, "cuda_graph_bs": [1, 2, 4, 8], "disable_cuda_graph": False,
-               "api_key": "k-secret", "internal_states": [{"effective_max_running_requests_per_dp": 2048,
-                                                         "memory_usage": {"token_capacity": 4096}}]}
+               "api_key": "k-secret",
+               "internal_states": [{"effective_max_running_requests_per_dp": 2048, "memory_usage": {"token_capacity": 4096}}]}
 INFO_0_5_23 = {"version": "0.5.23", "max_total_num_tokens": 4096, "max_running_requests": None, "chunked_prefill_size": 4096,
                "mem_fraction_static": 0.719, "context_length": 1024, "cuda_graph_bs": None, "disable_cuda_graph": False,
                "dp_size": 2, "api_key": "k-secret",

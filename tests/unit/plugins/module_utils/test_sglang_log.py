@@ -73,8 +73,8 @@ def test_the_nearest_death_wins_and_the_others_are_listed():
 
 
 def test_an_unknown_final_wrapper_keeps_the_known_cause_before_it():
-    lines = [*_traceback(OOM), "", *_traceback("RuntimeError: Initialization failed. Please see the error messages above.",
-                                              "sglang/srt/entrypoints/engine.py", "")]
+    wrapper = _traceback("RuntimeError: Initialization failed. Please see the error messages above.", "sglang/srt/entrypoints/engine.py", "")
+    lines = [*_traceback(OOM), "", *wrapper]
     found = sglog.classify(lines)
     assert found["cause"] == "cuda_oom" and found["others"] == []
 
