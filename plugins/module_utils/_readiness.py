@@ -979,6 +979,11 @@ class Gate:
     def _check_stall(self) -> None:
         if not self.stage or self.stage == "serving" or getattr(self.watcher, "journal_error", None):
             return
+        if self.stage == "starting" and not self.lines:
+            # Not one line read: the server logs somewhere the gate does not read (a unit
+            # whose output goes to a file), not a hang (real SGLang logs its arguments and
+            # library warnings in its first seconds). Only the deadline applies.
+            return
         budget = self.budgets.get(self.stage) or 0.0
         spent = time.monotonic() - self.stage_since
         if budget and spent > budget:

@@ -144,7 +144,8 @@ options:
         timeout), C(weights) 600 (55.56 GB from a 100 MB/s mount takes 556 s), C(memory_pool) 120, C(engine) 600
         (between milestones, kernels compiled just in time), C(cuda_graph) 300 (SGLang''s C(--watchdog-timeout)),
         C(http) 120, C(warmup) 600 (SGLang''s own warmup request limit, C(SGLANG_WARMUP_TIMEOUT) unset).'
-      - Needs the server's log (O(unit), or O(pid) with O(log_file)); without it only O(timeout) applies.
+      - Needs the server's log (O(unit), or O(pid) with O(log_file)); without it, or while not one line of it was read
+        (a unit whose output goes to a file), only O(timeout) applies.
       - A server that downloads its model when it starts (a hub id as its model path) does so in C(starting):
         give that stage the time the download takes.
     type: dict

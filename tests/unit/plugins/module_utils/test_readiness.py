@@ -561,6 +561,16 @@ def test_without_a_log_there_is_no_stall_verdict(hanging):
     assert result["failure"] == "not_listening" and result["stage"] is None
 
 
+def test_a_start_whose_log_shows_nothing_is_not_judged_by_the_starting_budget(hanging):
+    """No line at all: the server logs where the gate does not read (a unit writing to a
+    file), which is no hang; one line and then silence is."""
+    result = gate(free_port(), hanging([]).watcher(), timeout=3, budgets={"starting": 1})
+    assert result["failure"] == "not_listening" and result["stage"] == "starting"
+    result = gate(free_port(), hanging(["[2026-12-01 17:15:02] Using default HuggingFace chat template"]).watcher(),
+                  timeout=10, budgets={"starting": 1})
+    assert (result["failure"], result["stage"]) == ("stalled", "starting"), result["msg"]
+
+
 def test_a_long_running_server_is_not_judged_by_the_starting_budget(hanging):
     """A server up longer than the starting budget whose log shows no milestone (rotated
     away) is not failed as stalled in starting: only what the gate sees counts."""
