@@ -146,8 +146,8 @@ options:
         C(http) 120, C(warmup) 600 (SGLang''s own warmup request limit, C(SGLANG_WARMUP_TIMEOUT) unset).'
       - Needs the server's log (O(unit), or O(pid) with O(log_file)); without it, or while not one line of it was read
         (a unit whose output goes to a file), only O(timeout) applies.
-      - A server that downloads its model when it starts (a hub id as its model path) does so in C(starting):
-        give that stage the time the download takes.
+      - A server that downloads its model when it starts (a hub id as its model path) does so in C(starting); give
+        that stage the time the download takes.
     type: dict
     default: {}
   max_response_bytes:
