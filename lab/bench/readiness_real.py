@@ -47,7 +47,7 @@ LOGS = OUT.parent / "readiness_real-logs"  # each server's output, of the latest
 sys.path.insert(0, str(REPO / "tests" / "conformance"))
 sys.path.insert(0, str(REPO / "collections"))
 
-from real_sglang import RealServer, free_port, paths  # noqa: E402  pylint: disable=wrong-import-position
+from real_sglang import ExitClock, RealServer, free_port, model_max, paths, session_pids  # noqa: E402  pylint: disable=wrong-import-position
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _readiness as r  # noqa: E402
 from ansible_collections.inferops.sglang.plugins.module_utils import _sglang_log as sglog  # noqa: E402
@@ -122,27 +122,6 @@ def gate(server: RealServer, budget: float, stall: float | None) -> dict:
 
 # -- watching and acting on the server ----------------------------------------------------
 
-class ExitClock(threading.Thread):
-    """When the server's main process died: the first look at /proc that shows it a zombie
-    or gone (this process is its parent and does not reap it before the case ends)."""
-
-    def __init__(self, pid: int) -> None:
-        super().__init__(daemon=True)
-        self.pid, self.at, self.halt = pid, None, threading.Event()
-        self.start()
-
-    def run(self) -> None:
-        while self.at is None and not self.halt.is_set():
-            try:
-                with open(f"/proc/{self.pid}/stat", encoding="utf-8", errors="replace") as handle:
-                    data = handle.read()
-                if data[data.rfind(")") + 2:].split()[0] in ("Z", "X"):
-                    self.at = time.monotonic()
-            except OSError:
-                self.at = time.monotonic()
-            time.sleep(0.01)
-
-
 def stages_seen(server: RealServer) -> list[str]:
     """The start-up stages the server's log has entered so far, in order (``starting`` is implicit)."""
     return [stage for stage in map(sglog.stage_of, server.text().splitlines()) if stage]
@@ -185,21 +164,6 @@ def stop_group(server: RealServer) -> dict:
         return {"done": "nothing: the server died before its weight load", "stage": None, "valid": False}
     os.killpg(server.proc.pid, signal.SIGSTOP)
     return {"done": "SIGSTOP of the process group", "stage": stage, "valid": valid}
-
-
-def session_pids(leader: int) -> list[int]:
-    """Live processes of the server's session (it was started as a session leader)."""
-    found = []
-    for pid in r._pid_dirs():  # pylint: disable=protected-access
-        try:
-            with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
-                data = handle.read()
-        except OSError:
-            continue
-        fields = data[data.rfind(")") + 2:].split()
-        if int(fields[3]) == leader and fields[0] not in ("Z", "X"):
-            found.append(pid)
-    return found
 
 
 def end_server(server: RealServer) -> None:
@@ -250,10 +214,6 @@ def gate_row(result: dict) -> dict:
     keep = ("ready", "failure", "cause", "cause_line", "phase", "stage", "stages", "elapsed", "since_start",
             "detection_delay", "server", "detail", "msg")
     return {k: result.get(k) for k in keep}
-
-
-def model_max(real: dict) -> int:
-    return json.loads((Path(real["INFEROPS_REAL_MODEL"]) / "config.json").read_text())["max_position_embeddings"]
 
 
 CASES = {

@@ -8,11 +8,13 @@ they fail, saying so. ``make conformance`` builds it first.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -123,3 +125,45 @@ class RealServer:
         self.proc.wait(5)
         self._log.close()
         return self.proc.returncode
+
+
+def model_max(real: dict[str, str]) -> int:
+    """The tiny model's own context length (its config.json's max_position_embeddings)."""
+    return json.loads((Path(real["INFEROPS_REAL_MODEL"]) / "config.json").read_text())["max_position_embeddings"]
+
+
+def _stat(pid: int) -> list[str] | None:
+    """/proc/PID/stat's fields after the command name (which may hold spaces), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
+            data = handle.read()
+    except OSError:
+        return None
+    return data[data.rfind(")") + 2:].split()
+
+
+def session_pids(leader: int) -> list[int]:
+    """Live processes of a server's session, the leader included (RealServer starts it as one)."""
+    found = []
+    for name in os.listdir("/proc"):
+        fields = _stat(int(name)) if name.isdigit() else None
+        if fields and int(fields[3]) == leader and fields[0] not in ("Z", "X"):
+            found.append(int(name))
+    return found
+
+
+class ExitClock(threading.Thread):
+    """When a server's main process died: the first look at /proc that shows it a zombie
+    or gone (its parent, the caller, does not reap it meanwhile). ``halt`` ends the watch."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.at, self.halt = pid, None, threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        while self.at is None and not self.halt.is_set():
+            fields = _stat(self.pid)
+            if fields is None or fields[0] in ("Z", "X"):
+                self.at = time.monotonic()
+            time.sleep(0.01)

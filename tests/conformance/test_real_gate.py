@@ -18,11 +18,10 @@ import os
 import signal
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
-from real_sglang import RealServer, free_port
+from real_sglang import ExitClock, RealServer, free_port, model_max, session_pids
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _readiness as r
 
@@ -89,27 +88,6 @@ class GateThread(threading.Thread):
             time.sleep(0.05)
 
 
-class ExitClock(threading.Thread):
-    """When the process died: the first look at /proc that shows it a zombie or gone
-    (the test process is its parent and does not reap it meanwhile)."""
-
-    def __init__(self, pid: int) -> None:
-        super().__init__(daemon=True)
-        self.pid, self.at = pid, None
-        self.start()
-
-    def run(self) -> None:
-        while self.at is None:
-            try:
-                with open(f"/proc/{self.pid}/stat", encoding="utf-8", errors="replace") as handle:
-                    data = handle.read()
-                if data[data.rfind(")") + 2:].split()[0] in ("Z", "X"):
-                    self.at = time.monotonic()
-            except OSError:
-                self.at = time.monotonic()
-            time.sleep(0.01)
-
-
 def tree(pid: int) -> dict[int, str]:
     """The server's processes: pid -> cmdline (real SGLang names its children with
     setproctitle: ``sglang::scheduler``, ``sglang::detokenizer``)."""
@@ -128,19 +106,9 @@ def scheduler_of(server: RealServer, timeout: float = 120) -> int:
 
 
 def session_left(server: RealServer) -> list[str]:
-    """The processes of the server's session still alive (it was started as a session
-    leader): a parent that dies of a signal before it set up its handlers leaves them."""
-    left = []
-    for pid in r._pid_dirs():
-        try:
-            with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
-                data = handle.read()
-        except OSError:
-            continue
-        fields = data[data.rfind(")") + 2:].split()
-        if int(fields[3]) == server.proc.pid and fields[0] not in ("Z", "X") and pid != server.proc.pid:
-            left.append(r.cmdline(pid) or str(pid))
-    return left
+    """The processes of the server's session still alive besides its leader: a parent that
+    dies of a signal before it set up its handlers leaves them."""
+    return [r.cmdline(pid) or str(pid) for pid in session_pids(server.proc.pid) if pid != server.proc.pid]
 
 
 def requests_for(server: RealServer, paths: tuple[str, ...]) -> int:
@@ -292,15 +260,11 @@ def test_killed_scheduler_after_ready_ends_the_gate_with_the_real_line(shared):
 
 # -- 2. variants real SGLang refuses at start -----------------------------------------
 
-def _model_max(real) -> int:
-    return json.loads((Path(real["INFEROPS_REAL_MODEL"]) / "config.json").read_text())["max_position_embeddings"]
-
-
 @pytest.mark.parametrize("case", ["context_length", "served_name", "port"])
 def test_a_refused_variant_ends_the_gate_within_a_poll(real, servers, case):
     if case == "context_length":
         # 0.5.11 srt/configs/model_config.py:452-477, raised from ServerArgs.__post_init__
-        limit = _model_max(real)
+        limit = model_max(real)
         server = servers("0.5.11", "--context-length", str(limit * 2))
         cause = "context_length"
         line = (f"ValueError: Warning: User-specified context_length ({limit * 2}) is greater than the derived "

@@ -130,6 +130,18 @@ def test_graphs_off_captures_nothing_but_keeps_the_sizes(launch):
 
 N = r"[\d.]+"
 BS = r"\[1, 2, 3, [\d, ]+\]"
+# The same in both releases once the engine is up: the scheduler's summary (0.5.11
+# managers/scheduler.py:764, 0.5.23 :1269), uvicorn, and the warmup's end (0.5.11
+# entrypoints/http_server.py:2032, 0.5.23 :2600).
+SERVING_TAIL = [
+    rf"max_total_num_tokens=\d+, chunked_prefill_size=\d+, max_prefill_tokens=16384, max_running_requests=\d+, "
+    rf"context_len=131072, available_gpu_mem={N} GB$",
+    r"INFO:     Started server process \[\d+\]$",
+    r"INFO:     Waiting for application startup\.$",
+    r"INFO:     Application startup complete\.$",
+    r"INFO:     Uvicorn running on http://127\.0\.0\.1:\d+ \(Press CTRL\+C to quit\)$",
+    r"The server is fired up and ready to roll!$",
+]
 MILESTONES_0_5_11 = [
     r"Init torch distributed begin\.$",  # model_runner.py:1103
     rf"Init torch distributed ends\. elapsed={N} s, mem usage={N} GB$",  # :1235-1238
@@ -146,13 +158,7 @@ MILESTONES_0_5_11 = [
     rf"Capture draft cuda graph end\. Time elapsed: {N} s\. mem usage={N} GB\. avail mem={N} GB\.$",
     rf"Capture draft extend cuda graph begin\. This can take up to several minutes\. avail mem={N} GB$",  # :317
     rf"Capture draft extend cuda graph end\. Time elapsed: {N} s\. mem usage={N} GB\. avail mem={N} GB\.$",
-    rf"max_total_num_tokens=\d+, chunked_prefill_size=\d+, max_prefill_tokens=16384, max_running_requests=\d+, "
-    rf"context_len=131072, available_gpu_mem={N} GB$",
-    r"INFO:     Started server process \[\d+\]$",
-    r"INFO:     Waiting for application startup\.$",
-    r"INFO:     Application startup complete\.$",
-    r"INFO:     Uvicorn running on http://127\.0\.0\.1:\d+ \(Press CTRL\+C to quit\)$",
-    r"The server is fired up and ready to roll!$",
+    *SERVING_TAIL,
 ]
 MILESTONES_0_5_23 = [
     r"Init parallel begin\.$",  # distributed/bootstrap.py:115
@@ -170,13 +176,7 @@ MILESTONES_0_5_23 = [
     rf"Capture draft decode CUDA graph end\. elapsed={N} s, mem usage={N} GB, avail mem={N} GB\.$",
     rf"Capture draft extend CUDA graph begin\. backend=full, num_tokens_per_req=4, bs={BS}, avail mem={N} GB$",
     rf"Capture draft extend CUDA graph end\. elapsed={N} s, mem usage={N} GB, avail mem={N} GB\.$",
-    rf"max_total_num_tokens=\d+, chunked_prefill_size=\d+, max_prefill_tokens=16384, max_running_requests=\d+, "
-    rf"context_len=131072, available_gpu_mem={N} GB$",
-    r"INFO:     Started server process \[\d+\]$",
-    r"INFO:     Waiting for application startup\.$",
-    r"INFO:     Application startup complete\.$",
-    r"INFO:     Uvicorn running on http://127\.0\.0\.1:\d+ \(Press CTRL\+C to quit\)$",
-    r"The server is fired up and ready to roll!$",
+    *SERVING_TAIL,
 ]
 MILESTONE_WORDS = ("Init ", "Memory baseline", "Load weight", "KV Cache", "Using KV cache dtype", "Memory pool", "Capture ",
                    "max_total_num_tokens=", "INFO:     Started", "INFO:     Waiting", "INFO:     Application",
