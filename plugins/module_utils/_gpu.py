@@ -3,8 +3,10 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """GPU facts from ``nvidia-smi`` output, and what follows from them.
 
-Pure functions over the tool's text (no processes, no files), so every format
-is tested as printed:
+The collection's one reader of ``nvidia-smi``: every module that asks the
+tool anything runs it through ``read_inventory``, ``read_versions`` or
+``device_memory`` here (with the module's ``run_command``), and everything else
+is pure functions over the tool's text, so every format is tested as printed:
 
 - the inventory: ``--query-gpu=QUERY_FIELDS --format=csv,noheader,nounits``
   (units and a header are tolerated), the NVML error line the tool prints in
@@ -22,7 +24,10 @@ is tested as printed:
 from __future__ import annotations
 
 import csv
+import os
 import re
+
+from ansible_collections.inferops.sglang.plugins.module_utils import _model_config
 
 QUERY_FIELDS = ("index", "name", "uuid", "pci.bus_id", "memory.total", "memory.used", "compute_cap", "driver_version")
 EXIT_GPU_LOST = 15
@@ -251,22 +256,8 @@ def describe_unusable(gpus: list[dict]) -> str:
 
 def model_heads(config: dict) -> dict:
     """The head counts tensor parallelism splits, from a model's ``config.json``
-    (a multimodal model keeps them in ``text_config``, as Qwen3.6 does).
-
-    ``num_key_value_heads`` defaults to ``num_attention_heads`` (no GQA). Linear
-    attention head counts (``linear_num_key_heads``, ``linear_num_value_heads``)
-    are included when the model has them: they are split the same way.
-    """
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else None
-    source = text if text and "num_attention_heads" in text else config
-    heads = source.get("num_attention_heads")
-    if not isinstance(heads, int) or heads < 1:
-        raise GpuError("config.json has no num_attention_heads (nor text_config.num_attention_heads)")
-    result = {"num_attention_heads": heads, "num_key_value_heads": source.get("num_key_value_heads") or heads}
-    for key in ("linear_num_key_heads", "linear_num_value_heads"):
-        if isinstance(source.get(key), int) and source[key] > 0:
-            result[key] = source[key]
-    return result
+    (``_model_config.heads``, the one reader of model configs)."""
+    return _model_config.heads(config, error=GpuError)
 
 
 def tp_problems(tp_size: int, heads: dict | None, available: int, shortfall: str = "usable", why: str = "") -> list[str]:
@@ -290,6 +281,88 @@ def choose_tp(valid: list[int]) -> int | None:
     """The largest power of two among the valid sizes (7 usable GPUs and 24/4 heads: 4)."""
     powers = [tp for tp in valid if tp & (tp - 1) == 0]
     return max(powers) if powers else None
+
+
+# -- the one reader: every nvidia-smi run of the collection goes through these --
+
+def query_command(nvidia_smi: str = "nvidia-smi", fields: tuple[str, ...] = QUERY_FIELDS,
+                  devices: list[int] | None = None) -> list[str]:
+    argv = [nvidia_smi]
+    if devices:
+        argv += ["-i", ",".join(str(d) for d in devices)]
+    return argv + ["--query-gpu=" + ",".join(fields), "--format=csv,noheader,nounits"]
+
+
+def read_inventory(run_command, nvidia_smi: str = "nvidia-smi") -> dict:
+    """Every GPU of the host with ``run_command`` (AnsibleModule.run_command):
+    ``{"gpus": inventory(), "fields", "rc", "query", "error"}``. ``error`` is the
+    operator message when the tool lists no GPU at all (None otherwise). Drivers
+    too old to query ``compute_cap`` are read without it; when a GPU cannot be
+    opened, ``nvidia-smi -L`` places it at its index."""
+    fields = QUERY_FIELDS
+    rc, out, err = run_command(query_command(nvidia_smi, fields))
+    if rc != 0 and "compute_cap" in out + err and "not a valid field" in out + err:
+        fields = tuple(f for f in fields if f != "compute_cap")
+        rc, out, err = run_command(query_command(nvidia_smi, fields))
+    listing = ""
+    if handle_errors(out):
+        _rc, listing, _err = run_command([nvidia_smi, "-L"])
+    gpus = inventory(out, listing, fields)
+    error = None
+    if not gpus:
+        error = explain_failure(rc, out + "\n" + err) if rc != 0 else "nvidia-smi lists no GPU"
+    return {"gpus": gpus, "fields": fields, "rc": rc, "query": out, "error": error}
+
+
+def read_versions(run_command, nvidia_smi: str = "nvidia-smi") -> dict:
+    """``parse_versions`` of ``nvidia-smi --version``, else of the default table."""
+    rc, out, _err = run_command([nvidia_smi, "--version"])
+    found = parse_versions(out if rc == 0 else "")
+    if not found["cuda_version"]:
+        _rc, out, _err = run_command([nvidia_smi])
+        table = parse_versions(out)
+        found = {key: found[key] or table[key] for key in found}
+    return found
+
+
+def device_memory(run_command, devices: list[int], nvidia_smi: str = "nvidia-smi") -> tuple[list[int], list[str]]:
+    """(memory.total MiB of each GPU, problems): one ``nvidia-smi -i N`` per GPU, so a
+    GPU the tool cannot open is named with what the tool said while the others still answer."""
+    memory, problems = [], []
+    fields = ("index", "name", "memory.total")
+    for device in devices:
+        rc, out, err = run_command(query_command(nvidia_smi, fields, [device]))
+        if rc != 0:
+            problems.append(f"GPU {device} is not usable: {' '.join((out + ' ' + err).split()) or f'exit code {rc}'}")
+            continue
+        gpus, errors, _other = parse_query(out, fields)
+        if errors:
+            problems.append(f"GPU {device} is not usable: {errors[0]['problem']}")
+            continue
+        total = gpus[0]["memory_total_mib"] if gpus else None
+        if total is None:
+            problems.append(f"GPU {device}: cannot read memory.total from nvidia-smi's {out.strip()[:120]!r}")
+            continue
+        memory.append(total)
+    return memory, problems
+
+
+def device_minor(proc_dir: str, gpu: dict) -> int | None:
+    """The GPU's device minor (its /dev/nvidia<minor>) from
+    ``<proc_dir>/gpus/<bus id>/information``; None when that is not readable."""
+    gpus_dir = os.path.join(proc_dir, "gpus")
+    try:
+        entries = os.listdir(gpus_dir)
+    except OSError:
+        return None
+    for entry in entries:
+        if gpu.get("pci_bus_id") and normalize_bus_id(entry) == gpu["pci_bus_id"]:
+            try:
+                with open(os.path.join(gpus_dir, entry, "information"), "r", encoding="utf-8") as handle:
+                    return parse_device_minor(handle.read())
+            except (OSError, UnicodeDecodeError):
+                return None
+    return None
 
 
 def container_kind(detect_virt: str | None = None, run_systemd_container: str | None = None,

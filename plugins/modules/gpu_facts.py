@@ -117,6 +117,8 @@ ansible_facts:
             - Every GPU by index. C(state) is C(ok), C(lost) (the driver cannot open it) or C(error)
               (it reads an error value); C(problem) says why it is not usable.
             - Fields a lost GPU cannot report are null.
+            - C(device_minor) is the minor of its C(/dev/nvidia<minor>) node from
+              C(<driver_proc_dir>/gpus/<bus id>/information), null when that is not readable.
           type: list
           elements: dict
           sample:
@@ -127,6 +129,7 @@ ansible_facts:
               memory_total_mib: null
               memory_used_mib: null
               compute_capability: null
+              device_minor: null
               usable: false
               state: lost
               problem: GPU is lost. Reboot the system to recover this GPU
@@ -203,13 +206,13 @@ inferops_gpus:
   type: dict
 """
 
-import json
 import os
 import stat
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _gpu as gpu_mod
+from ansible_collections.inferops.sglang.plugins.module_utils import _model_config
 
 
 def _read(path: str, binary: bool = False):
@@ -236,59 +239,18 @@ def _nvidia_smi(module: AnsibleModule) -> str:
     return path
 
 
-def _query(module: AnsibleModule, smi: str) -> tuple[str, tuple[str, ...], int]:
-    fields = gpu_mod.QUERY_FIELDS
-    rc, out, err = module.run_command([smi, "--query-gpu=" + ",".join(fields), "--format=csv,noheader,nounits"])
-    if rc != 0 and "compute_cap" in out + err and "not a valid field" in out + err:
-        # Drivers before compute_cap was queryable: read the rest.
-        fields = tuple(f for f in fields if f != "compute_cap")
-        rc, out, err = module.run_command([smi, "--query-gpu=" + ",".join(fields), "--format=csv,noheader,nounits"])
-    gpus, errors, _other = gpu_mod.parse_query(out, fields)
-    if not gpus and not errors:
-        message = gpu_mod.explain_failure(rc, out + "\n" + err) if rc != 0 else "nvidia-smi lists no GPU"
-        module.fail_json(msg=message, errors=[message], rc=rc)
-    return out, fields, rc
-
-
-def _versions(module: AnsibleModule, smi: str) -> dict:
-    rc, out, err = module.run_command([smi, "--version"])
-    found = gpu_mod.parse_versions(out if rc == 0 else "")
-    if not found["cuda_version"]:
-        rc, out, err = module.run_command([smi])
-        table = gpu_mod.parse_versions(out)
-        found = {key: found[key] or table[key] for key in found}
-    return found
-
-
 def _model(path: str, errors: list[str]) -> dict | None:
-    config = os.path.join(path, "config.json")
-    text = _read(config)
-    if text is None:
-        errors.append(f"model_path {path} has no readable config.json")
-        return None
     try:
-        heads = gpu_mod.model_heads(json.loads(text))
-    except ValueError as exc:
-        errors.append(f"model_path {path}: config.json is not valid JSON ({exc})")
-        return None
-    except gpu_mod.GpuError as exc:
-        errors.append(f"model_path {path}: {exc}")
+        heads = gpu_mod.model_heads(_model_config.load_config(path, "model_path"))
+    except (_model_config.ModelConfigError, gpu_mod.GpuError) as exc:
+        errors.append(str(exc) if str(exc).startswith("model_path") else f"model_path {path}: {exc}")
         return None
     return dict(path=path, **heads)
 
 
 def _minor(proc_dir: str, gpu: dict) -> int:
-    gpus_dir = os.path.join(proc_dir, "gpus")
-    try:
-        entries = os.listdir(gpus_dir)
-    except OSError:
-        return gpu["index"]
-    for entry in entries:
-        if gpu_mod.normalize_bus_id(entry) == gpu["pci_bus_id"]:
-            minor = gpu_mod.parse_device_minor(_read(os.path.join(gpus_dir, entry, "information")) or "")
-            if minor is not None:
-                return minor
-    return gpu["index"]
+    minor = gpu_mod.device_minor(proc_dir, gpu)
+    return gpu["index"] if minor is None else minor
 
 
 def _container(module: AnsibleModule, versions: dict, gpus: list[dict]) -> dict:
@@ -352,12 +314,13 @@ def main() -> None:
     )
     p = module.params
     smi = _nvidia_smi(module)
-    query, fields, _rc = _query(module, smi)
-    listing = ""
-    if gpu_mod.handle_errors(query):
-        _rc_list, listing, _err = module.run_command([smi, "-L"])
-    gpus = gpu_mod.inventory(query, listing, fields)
-    versions = _versions(module, smi)
+    read = gpu_mod.read_inventory(module.run_command, smi)
+    if read["error"]:
+        module.fail_json(msg=read["error"], errors=[read["error"]], rc=read["rc"])
+    gpus = read["gpus"]
+    for gpu in gpus:
+        gpu["device_minor"] = gpu_mod.device_minor(p["driver_proc_dir"], gpu)
+    versions = gpu_mod.read_versions(module.run_command, smi)
     errors: list[str] = []
 
     usable = gpu_mod.usable(gpus)

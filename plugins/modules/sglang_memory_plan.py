@@ -150,24 +150,20 @@ gpu_memory_mib:
   elements: int
 """
 
-import json
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _gpu as gpu_mod
+from ansible_collections.inferops.sglang.plugins.module_utils import _model_config
 from ansible_collections.inferops.sglang.plugins.module_utils import _memplan
 from ansible_collections.inferops.sglang.plugins.module_utils import _variants as variants_mod
 
 
 def _host_gpus(module: AnsibleModule, devices: list[int]) -> tuple[list[int], int]:
     """(memory.total of the server's GPUs, number of usable GPUs on the host) from nvidia-smi."""
-    rc, out, err = module.run_command(["nvidia-smi", "--query-gpu=" + ",".join(gpu_mod.QUERY_FIELDS),
-                                       "--format=csv,noheader,nounits"])
-    gpus = {g["index"]: g for g in gpu_mod.inventory(out)}
-    if not gpus:
-        message = gpu_mod.explain_failure(rc, out + "\n" + err) if rc else "nvidia-smi lists no GPU"
-        module.fail_json(msg=f"cannot read the GPUs: {message}", errors=[message])
+    read = gpu_mod.read_inventory(module.run_command)
+    if read["error"]:
+        module.fail_json(msg=f"cannot read the GPUs: {read['error']}", errors=[read["error"]])
+    gpus = {g["index"]: g for g in read["gpus"]}
     problems = [f"GPU {d} is not on this host (nvidia-smi lists {sorted(gpus)})" for d in devices if d not in gpus]
     problems += [f"GPU {d} is not usable: {gpus[d]['problem']}" for d in devices if d in gpus and not gpus[d]["usable"]]
     if problems:
@@ -178,9 +174,8 @@ def _host_gpus(module: AnsibleModule, devices: list[int]) -> tuple[list[int], in
 def _tp_sizes(model_path: str, usable: int) -> list[int]:
     """The tensor-parallel sizes the host's usable GPUs and the model's heads allow."""
     try:
-        with open(os.path.join(model_path, "config.json"), "r", encoding="utf-8") as handle:
-            return gpu_mod.valid_tp(gpu_mod.model_heads(json.load(handle)), usable)
-    except (OSError, ValueError, gpu_mod.GpuError):
+        return gpu_mod.valid_tp(gpu_mod.model_heads(_model_config.load_config(model_path)), usable)
+    except (_model_config.ModelConfigError, gpu_mod.GpuError):
         return []  # the plan itself reports the unreadable model
 
 

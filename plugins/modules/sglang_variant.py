@@ -142,12 +142,11 @@ errors:
   elements: str
 """
 
-import json
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.inferops.sglang.plugins.module_utils import _gpu as gpu_mod
 from ansible_collections.inferops.sglang.plugins.module_utils import _memplan
+from ansible_collections.inferops.sglang.plugins.module_utils import _model_config
 from ansible_collections.inferops.sglang.plugins.module_utils import _variants as variants_mod
 
 
@@ -160,18 +159,13 @@ def memory_refusal(name: str, plan: dict) -> str:
             + "To deploy it anyway: -e memory_override=true (deploy.yml) or sglang_service_memory_override: true")
 
 
-def _model_config(path: str, what: str, errors: list[str]) -> dict | None:
-    config = os.path.join(path, "config.json")
-    if not os.path.isdir(path):
-        errors.append(f"{what} {path} does not exist on the host")
-        return None
+def _model(path: str, what: str, errors: list[str]) -> dict | None:
+    """The model directory (_model_config.read, without the weights), or None with the problem in errors."""
     try:
-        with open(config, "r", encoding="utf-8") as handle:
-            data = json.load(handle)
-    except (OSError, ValueError) as exc:
-        errors.append(f"{what} {path} has no readable config.json ({exc})")
+        return _model_config.read(path, weights=False, what=what)
+    except _model_config.ModelConfigError as exc:
+        errors.append(str(exc))
         return None
-    return data.get("text_config") or data
 
 
 def main() -> None:
@@ -209,10 +203,10 @@ def main() -> None:
     if not 1 <= p["port"] <= 65535:
         errors.append(f"port must be in [1, 65535], got {p['port']}")
 
-    config = _model_config(p["model_path"], "model_path", errors)
+    model = _model(p["model_path"], "model_path", errors)
     max_len = None
-    if config is not None:
-        max_len = int(config.get("max_position_embeddings") or 0) or None
+    if model is not None:
+        max_len = model["max_position_embeddings"]
         ctx = params.get("context_length")
         if max_len and isinstance(ctx, int) and ctx > max_len:
             errors.append(f"context_length {ctx} exceeds the model's max_position_embeddings {max_len}")
@@ -220,11 +214,11 @@ def main() -> None:
         if not p["draft_model_path"]:
             errors.append(f"variant {name} needs a draft model but draft_model_path is not set")
         else:
-            _model_config(p["draft_model_path"], "draft_model_path", errors)
+            _model(p["draft_model_path"], "draft_model_path", errors)
 
     memory: list[int] = []
     if p["check_gpus"]:
-        memory, problems = variants_mod.gpu_memory(module.run_command, devices)
+        memory, problems = gpu_mod.device_memory(module.run_command, devices)
         errors.extend(problems)
 
     version_text, problem = variants_mod.installed_version(module.run_command, p["python"])

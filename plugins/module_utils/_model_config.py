@@ -1,0 +1,123 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The one reader of a model directory: its ``config.json`` and its weight size.
+
+Every module that needs a model's configuration reads it here (gpu_facts for
+the head counts tensor parallelism splits, sglang_variant for the context
+length, the memory planner for the whole profile), so a directory is judged the
+same way everywhere and every failure names the directory and what is wrong.
+
+- ``read(path)``: ``{"path", "config", "text_config", "architecture",
+  "model_type", "max_position_embeddings", "weight_bytes"}``. A multimodal
+  model (Qwen3.6 is ``Qwen3_5ForConditionalGeneration``) keeps its language
+  model's numbers in ``text_config`` (some in ``llm_config``); ``text_config``
+  here is that dict, or the config itself.
+- the weight size is the safetensors index's ``metadata.total_size``, else the
+  sum of the ``*.safetensors`` files.
+- ``heads(config)``: the head counts a TP size must divide.
+
+Errors raise ``error`` (``ModelConfigError`` unless the caller passes its own
+exception class, as the planner does with its PlanError).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+CONFIG = "config.json"
+INDEX = "model.safetensors.index.json"
+
+
+class ModelConfigError(ValueError):
+    """A model directory cannot be used; the message names it and says why."""
+
+
+def text_config(config: dict) -> dict:
+    """The language model's part of a config: ``text_config`` / ``llm_config`` when the
+    model is multimodal and has one, else the config itself."""
+    for key in ("text_config", "llm_config"):
+        part = config.get(key)
+        if isinstance(part, dict) and part:
+            return part
+    return config
+
+
+def load_config(path: str, what: str = "model directory", error: type = ModelConfigError) -> dict:
+    """``path``/config.json as a dict."""
+    if not os.path.isdir(path):
+        raise error(f"{what} {path} does not exist on the host")
+    name = os.path.join(path, CONFIG)
+    try:
+        with open(name, "r", encoding="utf-8") as handle:
+            config = json.load(handle)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise error(f"{what} {path} has no readable config.json ({exc})") from exc
+    if not isinstance(config, dict):
+        raise error(f"{what} {path}: config.json is not a JSON object (it holds a {type(config).__name__})")
+    return config
+
+
+def weight_bytes(path: str, what: str = "model directory", error: type = ModelConfigError) -> int:
+    """The weights' size in bytes: the index's metadata.total_size, else the *.safetensors files."""
+    index = os.path.join(path, INDEX)
+    if os.path.isfile(index):
+        try:
+            with open(index, "r", encoding="utf-8") as handle:
+                data = json.load(handle)
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise error(f"{what} {path}: {INDEX} is not readable ({exc})") from exc
+        total = (data.get("metadata") or {}).get("total_size") if isinstance(data, dict) else None
+        if total:
+            try:
+                return int(total)
+            except (TypeError, ValueError) as exc:
+                raise error(f"{what} {path}: {INDEX} metadata.total_size is not a number ({total!r})") from exc
+    try:
+        files = sorted(f for f in os.listdir(path) if f.endswith(".safetensors"))
+    except OSError as exc:
+        raise error(f"{what} {path} cannot be listed ({exc})") from exc
+    if not files:
+        raise error(f"{path} has neither {INDEX} (metadata.total_size) nor *.safetensors files")
+    return sum(os.path.getsize(os.path.join(path, f)) for f in files)
+
+
+def read(path: str, weights: bool = True, what: str = "model directory", error: type = ModelConfigError) -> dict:
+    """A model directory: its config, the language model's part of it, and (``weights``) the weight size."""
+    config = load_config(path, what, error)
+    text = text_config(config)
+    architectures = config.get("architectures") or text.get("architectures") or []
+    max_len = text.get("max_position_embeddings") or config.get("max_position_embeddings")
+    try:
+        max_len = int(max_len) if max_len else None
+    except (TypeError, ValueError) as exc:
+        raise error(f"{what} {path}: max_position_embeddings is not a number ({max_len!r})") from exc
+    return {
+        "path": path,
+        "config": config,
+        "text_config": text,
+        "architecture": architectures[0] if isinstance(architectures, list) and architectures else None,
+        "model_type": str(config.get("model_type") or text.get("model_type") or ""),
+        "max_position_embeddings": max_len,
+        "weight_bytes": weight_bytes(path, what, error) if weights else None,
+    }
+
+
+def heads(config: dict, error: type = ModelConfigError) -> dict:
+    """The head counts tensor parallelism splits (``text_config`` for a multimodal model).
+
+    ``num_key_value_heads`` defaults to ``num_attention_heads`` (no GQA). Linear
+    attention head counts (``linear_num_key_heads``, ``linear_num_value_heads``)
+    are included when the model has them: they are split the same way.
+    """
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else None
+    source = text if text and "num_attention_heads" in text else config
+    count = source.get("num_attention_heads")
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise error("config.json has no num_attention_heads (nor text_config.num_attention_heads)")
+    result = {"num_attention_heads": count, "num_key_value_heads": source.get("num_key_value_heads") or count}
+    for key in ("linear_num_key_heads", "linear_num_value_heads"):
+        if isinstance(source.get(key), int) and source[key] > 0:
+            result[key] = source[key]
+    return result
