@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from ddtree_helpers import ddtree_overlay, lab_ddtree
 from sim_helpers import LAB, REPO, Server, free_port
 
 sys.path.insert(0, str(LAB / "simulator"))
@@ -39,11 +40,36 @@ def sim_install(tmp_path_factory):
                 check=True,
             )
             if ddtree:
-                shutil.copy(LAB / "ddtree" / "overlay" / "sglang/srt/speculative/ddtree_utils.py", target / "sglang/srt/speculative/ddtree_utils.py")
+                # The lab's DDTree overlay as the lab lays it: its sources and the gcc-built
+                # ddtree_kernels.so (DT_NEEDED libcudart.so.12), from lab/ddtree/build.py.
+                overlay = ddtree_overlay()
+                for line in (overlay / "SHA256SUMS").read_text().splitlines():
+                    name = line[66:]
+                    shutil.copy(overlay / name, target / name)
             cache[key] = target
         return cache[key]
 
     return install
+
+
+@pytest.fixture(scope="session")
+def host_libraries(tmp_path_factory):
+    """host_libraries(host) -> a directory of soname-only stand-ins (test doubles) of the
+    CUDA runtime libraries the host's hardware file lists that the DDTree kernels need
+    (libcudart.so.12 on ct200): the simulated host's user space, for LD_LIBRARY_PATH."""
+    cache: dict[str, Path] = {}
+
+    def make(host: str) -> Path:
+        if host not in cache:
+            listed = json.loads((LAB / "hosts" / host / "hardware.json").read_text()).get("cuda_libraries", [])
+            directory = tmp_path_factory.mktemp(f"host-libs-{host}")
+            for name in listed:
+                if name.startswith("libcudart.so."):
+                    lab_ddtree().soname_stub(directory, name)
+            cache[host] = directory
+        return cache[host]
+
+    return make
 
 
 @pytest.fixture
@@ -82,7 +108,7 @@ def fake_nvidia_smi(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def launch(sim_install, hardware, tmp_path):
+def launch(sim_install, hardware, host_libraries, tmp_path):
     """launch(args, version=, ddtree=, host=, gpus=, hw=) -> Server (a real process)."""
     servers: list[Server] = []
 
@@ -91,6 +117,8 @@ def launch(sim_install, hardware, tmp_path):
         site = sim_install(version, ddtree)
         env = hardware(host, **(hw or {}))
         env["PYTHONPATH"] = str(site)
+        if ddtree:
+            env["LD_LIBRARY_PATH"] = str(host_libraries(host))
         if gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = gpus
         port = port or free_port()

@@ -4,7 +4,9 @@ into a throwaway virtual environment, and the test build in tests/fixtures/ddtre
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -14,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sim_helpers import REPO
+from sim_helpers import LAB, REPO
 
 SGLANG_VERSION = "0.5.11"
 FIXTURES = REPO / "tests" / "fixtures" / "ddtree"
@@ -22,6 +24,22 @@ WHEEL_CACHE = REPO / ".cache" / "ddtree"
 SPEC_INFO = "sglang/srt/speculative/spec_info.py"
 SERVER_ARGS = "sglang/srt/server_args.py"
 DDTREE_UTILS = "sglang/srt/speculative/ddtree_utils.py"
+
+
+@functools.lru_cache(maxsize=None)
+def lab_ddtree():
+    """lab/ddtree/build.py as a module (the lab's DDTree overlay builder)."""
+    spec = importlib.util.spec_from_file_location("inferops_lab_ddtree_build", LAB / "ddtree" / "build.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def ddtree_overlay() -> Path:
+    """The lab's built DDTree overlay: its sources, ddtree_kernels.so (gcc-built, DT_NEEDED
+    libcudart.so.12) and SHA256SUMS, reused while its inputs are unchanged."""
+    return lab_ddtree().build()
 
 
 def wheel() -> Path:

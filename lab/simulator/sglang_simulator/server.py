@@ -119,16 +119,28 @@ def configure_logger(args: object) -> None:
                         format="[%(asctime)s] %(message)s", datefmt="%Y-%m-%d %H:%M:%S", force=True)
 
 
-def lazy_libraries(algorithm: str | None) -> list[str]:
-    """CUDA libraries the speculative build opens on its first real decode.
-    The DDTree build declares them in its ddtree_utils module."""
+def open_build_kernels(algorithm: str | None) -> str | None:
+    """Open the shared objects the speculative build ships, as it does on its first
+    real decode: the DDTree build's ddtree_utils opens its kernels (ddtree_kernels.so,
+    lab/ddtree) with ctypes.CDLL. The real dynamic loader decides, with this process's
+    environment; the traceback of a failure (e.g. ``OSError: libcudart.so.12: cannot
+    open shared object file: No such file or directory``) is returned, None when the
+    kernels opened or there is no such build."""
     if algorithm != "DDTREE":
-        return []
+        return None
+    import traceback
     try:
         from sglang.srt.speculative import ddtree_utils  # type: ignore[import-not-found]
     except ImportError:
-        return []
-    return list(getattr(ddtree_utils, "CUDA_LIBRARIES", []))
+        return None
+    opener = getattr(ddtree_utils, "tree_kernels", None)
+    if opener is None:
+        return None
+    try:
+        opener()
+    except OSError:
+        return traceback.format_exc().rstrip("\n")
+    return None
 
 
 def cdll_traceback(library: str, where: str) -> str:
@@ -742,9 +754,9 @@ class Simulator:
                 first = self.client_requests == 1
             if first:
                 assert self.hardware is not None
-                for library in lazy_libraries(algorithm):
-                    if library not in self.hardware.cuda_libraries:
-                        self.die(cdll_traceback(library, "sglang/srt/speculative/ddtree_utils.py"))
+                failure = open_build_kernels(algorithm)
+                if failure:
+                    self.die(failure)
         digest = hashlib.sha256(prompt.encode("utf-8")).digest()
         count = max(1, int(max_new_tokens))
         words = [WORDS[(digest[i % len(digest)] + i) % len(WORDS)] for i in range(count)]
