@@ -10,8 +10,8 @@ tensor-parallel rank, as SGLang sizes them.
 Two sides, as in the field story:
 
 * The static pool follows SGLang's own accounting for the installed release
-  (the ``ModelRunner`` memory profile, read from the published wheels 0.5.9,
-  0.5.11, 0.5.14, 0.5.15 and 0.5.23; ``release()`` holds what changed)::
+  (the ``ModelRunner`` memory profile, read from the published wheels 0.5.9 ...
+  0.5.23; what changed between releases is in ``_sglang_releases``)::
 
       pre   = free memory before the weights load (GPU total - CUDA context)
       post  = pre - target weights/tp  (- draft weights/tp from 0.5.14)
@@ -19,7 +19,8 @@ Two sides, as in the field story:
       hybrid linear-attention (Gated DeltaNet) models, state_per_req = conv + SSM state:
         slots = max_mamba_cache_size | max_running_requests (radix cache off)
                 | rest * r / (1 + r) // state_per_req             (r = mamba_full_memory_ratio)
-                  (0.5.14+ with speculation: // (state_per_req * (1 + draft_tokens / ratio)))
+                  (0.5.13+ with speculation: // (state_per_req * (1 + draft_tokens / ratio));
+                   0.5.17+ less the padding slot first: (budget - state_per_req * (1 + draft_tokens)))
         rest -= state_per_req * requests * draft_tokens            (speculative states)
         rest -= slots * state_per_req
       cell  = MHA: max(1, kv_heads // tp) * (head_dim + v_head_dim) * kv_layers * elem
@@ -42,9 +43,15 @@ Two sides, as in the field story:
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
+
+try:
+    from ansible_collections.inferops.sglang.plugins.module_utils import _sglang_releases as releases
+except ImportError:  # loaded from the tree (lab/bench/planner.py, tools/)
+    import _sglang_releases as releases  # type: ignore[no-redef]
 
 GIB = float(1 << 30)
 MIB = float(1 << 20)
@@ -55,6 +62,10 @@ DTYPE_BYTES = {
 }
 EAGLE_FAMILY = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "MTP")
 DFLASH_FAMILY = ("DFLASH", "DDTREE")
+# Algorithms of the team's patched DDTree build, which replaces server_args.py with a
+# later source snapshot: it does not refuse speculative decoding on a hybrid model with
+# radix cache on (0.5.10-0.5.13), so radix cache stays on with the no_buffer strategy.
+PATCHED_BUILD_ALGORITHMS = ("DDTREE",)
 
 # Estimates for what SGLang does not budget (per rank). Override with `assumptions`.
 ASSUMPTIONS = {
@@ -190,55 +201,43 @@ def parse_version(text: str) -> tuple[int, int, int]:
     return int(match.group(1)), int(match.group(2)), int(match.group(3))
 
 
+@functools.lru_cache(maxsize=64)
 def release(version: tuple[int, int, int]) -> dict:
-    """What changed between SGLang releases that the profile depends on."""
-    return {
-        "version": version,
-        # DFLASH upstream (PR #22077); its KV cost is folded into the target's cell
-        "dflash": version >= (0, 5, 11),
-        # 0.5.23 adds the DFLASH draft's own cell instead of scaling the target's
-        "dflash_cell_sum": version >= (0, 5, 23),
-        # the scheduler loads the draft's weights before the pools are sized (PR #23862)
-        "draft_in_pool": version >= (0, 5, 14),
-        # default mem_fraction_static: reserve for the draft, added after the 10 GiB floor
-        "spec_reserve_mb": 2048 if version < (0, 5, 11) else (4096 if version < (0, 5, 14) else 0),
-        "standalone_reserve_mb": 6144 if version < (0, 5, 14) else 0,
-        # decode CUDA graph batch for GPUs under 35 GiB (tp < 4, tp >= 4)
-        "small_gpu_graph_bs": (48, 160) if version >= (0, 5, 23) else (24, 80),
-        # hybrid linear-attention models with speculative decoding and radix cache on:
-        # 0.5.9 turns radix cache off; 0.5.10 to 0.5.13 refuse to start ("not compatible with
-        # radix cache when using --mamba-scheduler-strategy no_buffer": 0.5.10.post1
-        # srt/server_args.py:2207, 0.5.11 :2452-2456); 0.5.14 keeps it with the
-        # extra_buffer strategy and sizes slots and speculative states together
-        "hybrid_spec_radix": "off" if version < (0, 5, 10) else ("refuse" if version < (0, 5, 14) else "extra_buffer"),
-        "mamba_joint_solve": version >= (0, 5, 14),
-        "mamba_padding_slot": version >= (0, 5, 23),
-        # max_running_requests given: capped by tokens // 2 (0.5.14), by the estimate (0.5.11), not at all (0.5.9)
-        "mrr_set_cap": "half_tokens" if version >= (0, 5, 14) else ("estimate" if version >= (0, 5, 11) else "none"),
-        # "Loaded weights leave no GPU memory for the KV cache" when rest <= 0
-        "rest_check": version >= (0, 5, 14),
-        "new_pool_error": version >= (0, 5, 14),
-        # multimodal models: SGLANG_VLM_CACHE_SIZE_MB (100) comes off the KV budget
-        "vlm_cache_mb": 100 if version >= (0, 5, 23) else 0,
-        # piecewise (prefill) CUDA graphs on by default, off for multimodal models
-        "piecewise_graphs": version >= (0, 5, 11),
-    }
+    """What changed between SGLang releases that the profile depends on: the
+    facts of _sglang_releases for this release (cached; do not change the dict)."""
+    out = dict(releases.facts(version))
+    out["version"] = tuple(version)
+    out["rest_check"] = out["new_pool_error"]
+    return out
 
 
 # --------------------------------------------------------------------------- SGLang's own formulas
 
 
 def gpu_tier(gpu_gib: float, tp: int, rel: dict) -> tuple[int, int]:
-    """SGLang's defaults by GPU memory: (chunked_prefill_size, cuda_graph_max_bs)."""
-    if gpu_gib < 20:
-        return 2048, 8
-    if gpu_gib < 35:
-        return 2048, rel["small_gpu_graph_bs"][0 if tp < 4 else 1]
-    if gpu_gib < 60:
-        return 4096, 32 if tp < 4 else 160
-    if gpu_gib < 160:
-        return 8192, 256 if tp < 4 else 512
-    return 16384, 512
+    """SGLang's defaults by GPU memory: (chunked_prefill_size, cuda_graph_max_bs)
+    (the release's gpu_tiers: 0.5.11 server_args.py _handle_gpu_memory_settings,
+    0.5.23 arg_groups/memory_hook.py:101-117)."""
+    for bound, (chunked, small_tp, large_tp) in rel["gpu_tiers"]:
+        if bound is None or gpu_gib < bound:
+            return chunked, small_tp if tp < 4 else large_tp
+    raise PlanError("gpu_tiers has no last tier")  # the table's last bound is None
+
+
+def piecewise_graphs(rel: dict, algorithm: str | None, architecture: str, vision: dict | None,
+                     cuda_graph: bool = True) -> bool:
+    """Whether SGLang captures piecewise (prefill) CUDA graphs by default, which the
+    default mem_fraction_static reserves for: off by default in 0.5.9 (:604); 0.5.10
+    turns them off for speculative decoding (0.5.10.post1 server_args.py:1088-1090);
+    every release off for multimodal models and the piecewise_disabled_archs (0.5.11
+    server_args.py:1200-1203, :1228-1230, configs/model_config.py); from 0.5.14 off with
+    CUDA graphs off (prefill backend disabled, 0.5.14 server_args.py:3300)."""
+    default = rel["piecewise_default"]
+    if default == "off" or (default == "on_no_spec" and algorithm):
+        return False
+    if vision is not None or architecture in rel["piecewise_disabled_archs"]:
+        return False
+    return cuda_graph or not rel["split_cuda_graph_flags"]
 
 
 def piecewise_graph_sizes(max_tokens: int) -> list[int]:
@@ -249,12 +248,15 @@ def piecewise_graph_sizes(max_tokens: int) -> list[int]:
 
 
 def default_mfs(gpu_mib: float, tp: int, chunked: int, max_bs: int, algorithm: str | None, rel: dict,
-                vision: dict | None = None, mla: bool = False) -> float:
+                vision: dict | None = None, mla: bool = False, architecture: str = "",
+                cuda_graph: bool = True) -> float:
     """SGLang's mem_fraction_static when the flag is unset: GPU memory less a
     reserve for activations, graphs and (before 0.5.14) the draft model, then
     lowered for a multimodal model's vision encoder."""
-    reserved_mb = 512 + max(chunked, 2048) * 1.5 + max_bs * 2 + tp / 8 * 1024
-    if rel["piecewise_graphs"] and vision is None:
+    reserved_mb = 512 + max(chunked, 2048) * 1.5 + tp / 8 * 1024
+    if cuda_graph or not rel["graph_reserve_needs_graphs"]:
+        reserved_mb += max_bs * 2  # decode graphs (0.5.15+ only when captured, 0.5.23 memory_hook.py:364-368)
+    if piecewise_graphs(rel, algorithm, architecture, vision, cuda_graph):
         reserved_mb += 1.5 * 1024 if mla else len(piecewise_graph_sizes(chunked)) * 8
     if gpu_mib > 60 * 1024:
         reserved_mb = max(reserved_mb, 10240)
@@ -365,7 +367,11 @@ def _radix_off(env: dict, rel: dict, hybrid: bool) -> bool:
         return False
     # 0.5.9 turns radix cache off itself; 0.5.10-0.5.13 refuse to start unless the variant
     # disables it or keeps it with extra_buffer (0.5.11 server_args.py:2452-2456): the plan
-    # assumes the variant is fixed the way the refusal suggests first (radix off) and warns
+    # assumes the variant is fixed the way the refusal suggests first (radix off) and warns.
+    # The patched DDTree build does not refuse: radix cache stays on (ratio branch, 0.5.11
+    # model_runner_kv_cache_mixin.py:108-121).
+    if env["speculative_algorithm"] in PATCHED_BUILD_ALGORITHMS:
+        return False
     return rel["hybrid_spec_radix"] == "off" or (rel["hybrid_spec_radix"] == "refuse"
                                                  and env["mamba_radix_cache_strategy"] != "extra_buffer")
 
@@ -374,11 +380,14 @@ def _slots_per_request(env: dict, rel: dict, radix_off: bool, spec: bool) -> int
     """Linear-attention slots the scheduler keeps per running request."""
     if radix_off:
         return 1  # 0.5.11 model_runner_kv_cache_mixin.py:180-181
-    if rel["mamba_joint_solve"]:
-        return 3 + (1 if spec else 2)
-    # 0.5.11 mixin :44-46, :183-192: 3, plus the extra_buffer ping-pong pair (overlap
-    # schedule on, which 0.5.11 keeps for extra_buffer with speculative decoding)
-    return 3 + (2 if env["mamba_radix_cache_strategy"] == "extra_buffer" else 0)
+    strategy = env["mamba_radix_cache_strategy"]
+    # 0.5.14+ resolve strategy auto to extra_buffer (0.5.14 server_args.py:4379-4392)
+    extra = strategy == "extra_buffer" or (strategy in (None, "auto") and rel["hybrid_spec_radix"] == "extra_buffer")
+    if not extra:
+        return 3  # 0.5.11 mixin :44-46
+    # the extra_buffer ping-pong pair (overlap schedule on), one slot with speculative
+    # decoding from 0.5.14 (the lazy buffer, 0.5.14 mixin :274-293)
+    return 3 + (1 if spec and rel["mamba_lazy_spec_buffer"] else 2)
 
 
 def _mamba(model: dict, env: dict, rel: dict, tp: int, rest: float, mrr: int, draft_tokens: int) -> dict:
@@ -402,8 +411,14 @@ def _mamba(model: dict, env: dict, rel: dict, tp: int, rest: float, mrr: int, dr
     else:
         r = env["mamba_full_memory_ratio"]
         budget = rest * r / (1 + r) * GIB
-        # 0.5.14+: slots and the speculative states of slots // ratio requests share the budget
-        slots = int(budget // (per_req * (1 + draft_tokens / ratio))) if joint else int(budget // per_req)
+        # 0.5.13+: slots and the speculative states of slots // ratio requests share the budget
+        # (0.5.13.post1 mixin :132-160); 0.5.17+ count the padding slot in both buffers:
+        # (budget - per_req * (1 + D)) // (per_req * (1 + D / ratio)), else (budget - per_req) // per_req
+        # (0.5.17 kv_cache_configurator.py:1930-1955, 0.5.23 :3361-3385)
+        if joint:
+            slots = int((budget - pad * per_req * (1 + draft_tokens)) // (per_req * (1 + draft_tokens / ratio)))
+        else:
+            slots = int((budget - pad * per_req) // per_req)
     if joint:
         inter_reqs = min(mrr, slots // ratio) + pad
         rest -= per_req * inter_reqs * draft_tokens / GIB
@@ -440,7 +455,7 @@ def _static(model: dict, draft: dict | None, env: dict, tp: int, rel: dict, pre:
             cell += kv_cell_bytes(draft, tp, elem)
         else:  # scale_kv_cell_size_per_token_for_dflash: ceil(cell * (T + D) / T)
             cell = (cell * (layers + draft["num_layers"]) + layers - 1) // layers
-    elif algo in EAGLE_FAMILY and draft is not None and rel["draft_in_pool"] and layers:
+    elif algo in EAGLE_FAMILY and draft is not None and rel["eagle_draft_cell_fold"] and layers:
         # with a draft model path, the EAGLE draft's KV is folded into the cell
         cell = int(cell * (1 + draft["num_layers"] / layers))
     out["kv_cell_bytes"] = cell
@@ -499,7 +514,7 @@ def _dynamic(model: dict, draft: dict | None, env: dict, tp: int, rel: dict, sta
         items.append(("draft_weights", model["draft_weight_bytes"] / tp / GIB))
     # an EAGLE-family draft's own KV pool (same token count) is outside the pool unless
     # it was folded into the cell (0.5.14+, and only with a draft model path)
-    if algo in EAGLE_FAMILY and model["kv_layers"] and not (draft is not None and rel["draft_in_pool"]):
+    if algo in EAGLE_FAMILY and model["kv_layers"] and not (draft is not None and rel["eagle_draft_cell_fold"]):
         draft_cell = kv_cell_bytes(model, tp, static["kv_elem_bytes"]) * model["draft_kv_layers"] // model["kv_layers"]
         items.append(("draft_kv_pool", static["max_total_tokens"] * draft_cell / GIB))
     need = sum(v for _name, v in items)
@@ -599,6 +614,10 @@ def plan(target: dict, draft: dict | None, gpu_memory_mib: list, tp_size: int, v
     gpu_mib = float(min(gpu_memory_mib))
     gpu_gib = gpu_mib / 1024
     chunked_default, graph_bs_default = gpu_tier(gpu_gib, tp_size, rel)
+    if rel["graph_bs_capped_by_mrr"] and env["max_running_requests"]:
+        # 0.5.22+: the default decode graph batch capped at a max_running_requests the
+        # user set (0.5.23 arg_groups/memory_hook.py:182-188), before the mfs reserve
+        graph_bs_default = min(graph_bs_default, env["max_running_requests"])
     chunked = env["chunked_prefill_size"] or chunked_default
     context = env["context_length"] or target["max_position_embeddings"] or 4096
     pre = (gpu_mib - assume["context_mib"]) / 1024
@@ -606,7 +625,7 @@ def plan(target: dict, draft: dict | None, gpu_memory_mib: list, tp_size: int, v
     mfs = env["mem_fraction_static"]
     if mfs is None:
         mfs = default_mfs(gpu_mib, tp_size, chunked, env["cuda_graph_max_bs"] or graph_bs_default, algo, rel,
-                          target["vision"], target["mla"])
+                          target["vision"], target["mla"], target["architecture"], env["cuda_graph"])
         mfs_source = "SGLang default"
     if not 0 < mfs < 1:
         raise PlanError(f"mem_fraction_static must be in (0, 1), got {mfs}")
@@ -670,7 +689,7 @@ def plan(target: dict, draft: dict | None, gpu_memory_mib: list, tp_size: int, v
             f"fits: {tokens} KV tokens ({result['full_context_requests']} full-context requests of {context}), "
             f"{dynamic['headroom_gib'] - dynamic['need_gib']:.2f} GiB spare outside the pool")
     if (algo and target["linear_layers"] and rel["hybrid_spec_radix"] == "refuse" and not env["disable_radix_cache"]
-            and env["mamba_radix_cache_strategy"] != "extra_buffer"):
+            and env["mamba_radix_cache_strategy"] != "extra_buffer" and algo not in PATCHED_BUILD_ALGORITHMS):
         result["warnings"].append(
             f"SGLang {result['sglang_version']} refuses speculative decoding on a hybrid model with radix cache on "
             "(\"not compatible with radix cache when using --mamba-scheduler-strategy no_buffer\"): set "

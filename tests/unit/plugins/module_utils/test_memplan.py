@@ -279,18 +279,24 @@ def test_shadow_dflash_cell_and_static_pool_failure():
     assert "Not enough memory. Please try to increase --mem-fraction-static" in result["reason"]
 
 
-def _qwen_small_static(mfs: float) -> tuple[int, float]:
-    """shadow-small's envelope (mrr 4, 16 draft tokens): tokens and GiB used in the pool."""
+def _qwen_small_static(mfs: float, pre: float = CT129_PRE) -> tuple[int, float, int]:
+    """shadow-small's envelope (mrr 4, 16 draft tokens) on 0.5.11: tokens, GiB used in the pool, state slots.
+    The DDTree build keeps radix cache on (its server_args does not refuse), so 0.5.11's ratio branch
+    sizes the slots (model_runner_kv_cache_mixin.py:108-121) after the speculative states of every
+    request (:73-91): slots = (rest - spec) * 0.9 / 1.9 // per_req."""
+    rest = (pre - QWEN_W_TP2) - pre * (1 - mfs)
     spec = QWEN_STATE_TP2 * 4 * 16 / GIB
-    slots = QWEN_STATE_TP2 * 4 / GIB
-    tokens = hand_tokens(CT129_PRE, QWEN_W_TP2, mfs, 43008, 1, spec, slots)
-    return tokens, QWEN_W_TP2 + spec + slots + tokens * 43008 / GIB
+    slots = int(((rest - spec) * 0.9 / (1 + 0.9)) * GIB // QWEN_STATE_TP2)
+    state = slots * QWEN_STATE_TP2 / GIB
+    tokens = int((rest - spec - state) * GIB) // 43008
+    return tokens, QWEN_W_TP2 + spec + state + tokens * 43008 / GIB, slots
 
 
 def test_shadow_small_fails_outside_pool_on_draft_weights():
     result = plan_qwen("shadow-small")
-    tokens, used = _qwen_small_static(0.95)
+    tokens, used, slots = _qwen_small_static(0.95)
     assert result["max_total_tokens"] == tokens and result["max_running_requests"] == 4
+    assert result["static"]["mamba_slots"] == slots and result["static"]["mamba_slots_per_request"] == 3
     headroom = CT129_PRE - used
     dynamic = result["dynamic"]
     assert dynamic["headroom_gib"] == pytest.approx(headroom, abs=1e-3)
@@ -303,8 +309,9 @@ def test_shadow_small_fails_outside_pool_on_draft_weights():
 
 def test_shadow_balanced_fits():
     result = plan_qwen("shadow-balanced")
-    tokens, used = _qwen_small_static(0.85)
+    tokens, used, _slots = _qwen_small_static(0.85)
     assert result["max_total_tokens"] == tokens
+    assert result["warnings"] == []  # the DDTree build does not refuse radix cache
     assert result["full_context_requests"] == tokens // 32768
     assert result["cuda_graph"] is False and "cuda_graphs" not in result["dynamic"]["items"]
     assert result["dynamic"]["headroom_gib"] == pytest.approx(CT129_PRE - used, abs=1e-3)
@@ -386,8 +393,9 @@ def test_mfs_interval_edges(case):
         need = LLAMA_WEIGHTS + 2 * 131072
     else:
         target, draft, gpu, tp, params = qwen(), dflash(), A6000, 2, variant("shadow-balanced")
-        # weights/rank + speculative states (4 x 16) + 4 slots + one DFLASH-scaled cell
-        need = QWEN_WEIGHTS / 2 + QWEN_STATE_TP2 * 4 * 16 + QWEN_STATE_TP2 * 4 + 43008
+        # weights/rank + speculative states (4 x 16) + what the ratio branch needs for 3 slots (one
+        # request at 3 slots per request, mixin :44-46): 3 states = budget * 0.9 / 1.9 (:108-121)
+        need = QWEN_WEIGHTS / 2 + QWEN_STATE_TP2 * 4 * 16 + QWEN_STATE_TP2 * 3 * (1 + 0.9) / 0.9
     pre_bytes = (gpu - 768) * 2 ** 20
     low_hand = math.ceil(need / pre_bytes * 1000) / 1000
     low, high = _interval(target, draft, gpu, tp, params)
