@@ -15,6 +15,11 @@ from __future__ import annotations
 import os
 import re
 
+try:
+    from ansible_collections.inferops.sglang.plugins.module_utils import _sglang_releases as releases
+except ImportError:  # loaded from the tree (lab/bench/planner.py, tools/)
+    import _sglang_releases as releases  # type: ignore[no-redef]
+
 # name -> (types, description). None in types means the parameter may be unset.
 PARAMS = {
     "description": ((str,), "what the variant is for"),
@@ -54,10 +59,14 @@ TABLE_ARGS = {
     "common": {"type": "dict", "default": {}},
 }
 NEEDS_DRAFT = ("DFLASH", "DDTREE", "EAGLE3", "STANDALONE")
-SPLIT_CUDA_GRAPH_FLAGS = (0, 5, 20)
+# The per-phase CUDA graph flags exist from 0.5.14, where --disable-cuda-graph becomes a
+# deprecated alias (0.5.14 server_args.py:6376-6380) and --cuda-graph-max-bs stays; from
+# 0.5.20 --cuda-graph-max-bs is gone (only a prefix of the per-phase flags, which argparse
+# calls ambiguous), so the command line switches to the per-phase flags there.
+SPLIT_CUDA_GRAPH_FLAGS = releases.first("cuda_graph_max_bs_flag", False)
 # --mamba-scheduler-strategy (0.5.9-0.5.13; a deprecated alias 0.5.14-0.5.19, 0.5.14
 # server_args.py:6350-6356; gone in 0.5.20) became --mamba-radix-cache-strategy in 0.5.14.
-MAMBA_RADIX_CACHE_STRATEGY_FLAG = (0, 5, 14)
+MAMBA_RADIX_CACHE_STRATEGY_FLAG = releases.first("mamba_radix_cache_strategy_flag")
 # The strategies every release from 0.5.9 accepts (0.5.11 server_args.py:246).
 MAMBA_STRATEGIES = ("no_buffer", "extra_buffer")
 
@@ -194,7 +203,8 @@ def argv(params: dict, server: dict, version: tuple[int, int, int]) -> list[str]
         out += [flag, str(params["mamba_radix_cache_strategy"])]
     split = version >= SPLIT_CUDA_GRAPH_FLAGS
     if not params.get("cuda_graph", True):
-        # 0.5.20 made --disable-cuda-graph a deprecated alias of the per-phase backends
+        # from 0.5.20 the per-phase backends (--disable-cuda-graph is a deprecated alias of
+        # them from 0.5.14, still accepted; --cuda-graph-max-bs is gone in 0.5.20)
         out += ["--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled"] if split else ["--disable-cuda-graph"]
     elif params.get("cuda_graph_max_bs") is not None:
         out += ["--cuda-graph-max-bs-decode" if split else "--cuda-graph-max-bs", str(params["cuda_graph_max_bs"])]

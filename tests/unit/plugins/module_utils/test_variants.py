@@ -200,3 +200,16 @@ def test_version_parsing():
     assert v.parse_version("0.5.23.post1") == (0, 5, 23)
     with pytest.raises(v.VariantError):
         v.parse_version("unknown")
+
+
+def test_flag_switches_come_from_the_release_table():
+    """The renderer's switch points are the table's (each range checked against the wheels by
+    tests/conformance/test_releases_wheels.py): --cuda-graph-max-bs is an option up to 0.5.19
+    (0.5.19 server_args.py) and gone in 0.5.20 (arg_groups/fields); --mamba-radix-cache-strategy
+    from 0.5.14 (0.5.14 server_args.py:6350-6356)."""
+    from ansible_collections.inferops.sglang.plugins.module_utils import _sglang_releases as rel
+
+    assert v.SPLIT_CUDA_GRAPH_FLAGS == (0, 5, 20) == rel.first("cuda_graph_max_bs_flag", False)
+    assert rel.fact("split_cuda_graph_flags", (0, 5, 14)) and not rel.fact("cuda_graph_max_bs_flag", (0, 5, 20))
+    assert v.MAMBA_RADIX_CACHE_STRATEGY_FLAG == (0, 5, 14) == rel.first("mamba_radix_cache_strategy_flag")
+    assert rel.fact("mamba_scheduler_strategy_flag", (0, 5, 19)) and not rel.fact("mamba_scheduler_strategy_flag", (0, 5, 20))
