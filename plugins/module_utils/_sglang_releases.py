@@ -303,7 +303,8 @@ FACTS = (
     # toolkit's CUDA major version); sgl-kernel preloads the runtime RTLD_GLOBAL on import
     # (today _runtime_probe.DEFAULT_LIBRARIES, to be read from here)
     Fact("kernel_cuda_libraries", FIRST, None, ("libcudart.so.{major}",),
-         "sgl_kernel/__init__.py (sgl-kernel / sglang-kernel wheels, not the sglang wheel)",
+         "sgl_kernel/load_utils.py:217-240 of the kernel installed with 0.5.11 (:212-235 with 0.5.23): "
+         "ctypes.CDLL(libcudart.so.{major}, RTLD_GLOBAL)",
          "in the kernel package's wheel, which is not among the sglang wheels checked"),
 )
 
