@@ -131,12 +131,15 @@ FACTS = (
     Fact("new_pool_error", (0, 5, 14), None, True,
          "0.5.14 model_runner_kv_cache_mixin.py:103-118, 0.5.16+ mem_cache/kv_cache_configurator.py",
          ((_MIXIN, _CONFIGURATOR), r"leave no GPU memory for the KV cache")),
-    # DFLASH's KV: the target's cell scaled by (T + D) / T, from 0.5.23 the draft's own cell added
-    Fact("dflash_cell_sum", FIRST, (0, 5, 22), False,
-         "0.5.11 model_executor: scale_kv_cell_size_per_token_for_dflash (ceil(cell * (T + D) / T))",
-         "both releases name the scaling helper; the sum is arithmetic inside it, not a distinct text"),
-    Fact("dflash_cell_sum", (0, 5, 23), None, True, "0.5.23 mem_cache/kv_cache_configurator.py (draft cell added)",
-         "both releases name the scaling helper; the sum is arithmetic inside it, not a distinct text"),
+    # DFLASH's KV: the target's cell scaled by (T + D) / T; from 0.5.18 the draft's own cell
+    # (its KV heads, head dims and layers) added to the target's
+    Fact("dflash_cell_sum", FIRST, (0, 5, 17), False,
+         "0.5.11 speculative/dflash_utils.py scale_kv_cell_size_per_token_for_dflash (ceil(cell * (T + D) / T))",
+         _NEXT),
+    Fact("dflash_cell_sum", (0, 5, 18), None, True,
+         "0.5.18 speculative/dflash_utils.py:139-152 dflash_draft_cell_size_per_token, "
+         "model_executor/pool_configurator.py:216-232; 0.5.23 mem_cache/draft_kv_budget.py:14-44",
+         (("srt/speculative/dflash_utils.py",), r"def dflash_draft_cell_size_per_token")),
     # EAGLE-family draft KV folded into the cell: only with --speculative-draft-model-path
     # (a NEXTN/MTP draft without a path keeps its own pool, outside the profile)
     Fact("eagle_draft_cell_fold", FIRST, (0, 5, 13), False, "0.5.11: the draft worker sizes its own pool", _NEXT),
@@ -168,10 +171,11 @@ FACTS = (
     Fact("mrr_set_cap", (0, 5, 14), None, "half_tokens", "0.5.14 model_runner_kv_cache_mixin.py",
          "a min() in code, not a message"),
     # SGLANG_VLM_CACHE_SIZE_MB (100) off the KV budget of a multimodal model
-    Fact("vlm_cache_mb", FIRST, (0, 5, 22), 0, "0.5.22: the VLM cache is not taken off the KV budget",
-         "the variable exists in every release; where it is subtracted is code"),
-    Fact("vlm_cache_mb", (0, 5, 23), None, 100, "0.5.23 mem_cache/kv_cache_configurator.py",
-         "the variable exists in every release; where it is subtracted is code"),
+    Fact("vlm_cache_mb", FIRST, (0, 5, 17), 0, "0.5.17: the VLM cache is not taken off the KV budget", _NEXT),
+    Fact("vlm_cache_mb", (0, 5, 18), None, 100,
+         "0.5.18 mem_cache/kv_cache_configurator.py:130-150 mm_runtime_reservation_gb (0.5.23 :200-220), "
+         "environ.py SGLANG_VLM_CACHE_SIZE_MB = EnvInt(100)",
+         ((_CONFIGURATOR,), r"reserved_mb = envs\.SGLANG_VLM_CACHE_SIZE_MB\.get\(\)")),
 
     # ------------------------------------------------------------------ default mem_fraction_static
     # reserve for the draft (MiB), added after the 10 GiB floor; 0 from 0.5.14 (draft weights in the profile)
