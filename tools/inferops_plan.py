@@ -34,6 +34,8 @@ def _load(name: str):
     return module
 
 
+# The module utilities import each other by bare name outside a collection.
+sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
 memplan = _load("_memplan")
 variants_mod = _load("_variants")
 
