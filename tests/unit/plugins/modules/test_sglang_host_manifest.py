@@ -1,0 +1,134 @@
+"""sglang_host_manifest: the module run as Ansible runs it. present writes once
+(a second run changes nothing, check mode writes nothing); read gives the
+deploy its settings and refuses a variant whose build has no passing verdict."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from sim_helpers import run_module
+
+from ansible_collections.inferops.sglang.plugins.module_utils import _host_manifest as hm
+from ansible_collections.inferops.sglang.plugins.modules import sglang_host_manifest as module
+
+SITE = "/opt/sglang/venv/lib/python3.11/site-packages"
+GPUS = {
+    "driver_version": "580.95.05", "cuda_version": "13.0",
+    "gpus": [
+        {"index": 0, "name": "NVIDIA RTX A6000", "uuid": "GPU-0", "pci_bus_id": "00000000:01:00.0", "memory_total_mib": 49140,
+         "compute_capability": "8.6", "usable": True, "state": "ok", "problem": None, "device_minor": 0},
+        {"index": 1, "name": None, "uuid": None, "pci_bus_id": "00000000:21:00.0", "memory_total_mib": None,
+         "compute_capability": None, "usable": False, "state": "lost", "problem": "GPU is lost", "device_minor": None},
+        {"index": 2, "name": "NVIDIA RTX A6000", "uuid": "GPU-2", "pci_bus_id": "00000000:41:00.0", "memory_total_mib": 49140,
+         "compute_capability": "8.6", "usable": True, "state": "ok", "problem": None, "device_minor": 2},
+    ],
+    "selected": [0, 2], "cuda_visible_devices": "0,2",
+    "tp": {"valid": [1, 2], "chosen": 2, "devices": [0, 2], "cuda_visible_devices": "0,2"},
+}
+RUNTIME = {"python": "/opt/sglang/venv/bin/python", "venv": "/opt/sglang/venv", "installed": {"sglang": "0.5.11"}}
+ENV = {"LD_LIBRARY_PATH": "/usr/local/cuda-13.0/lib64", "PATH": "/opt/sglang/venv/bin:/usr/bin", "LANG": "C.UTF-8"}
+VARIANTS = {"nextn": {"speculative_algorithm": "NEXTN"},
+            "shadow": {"speculative_algorithm": "DDTREE", "draft_model": True, "ddtree_shadow_linear": True}}
+ALIASES = {"balanced": "shadow"}
+BUILD_FILE = "sglang/srt/speculative/ddtree_kernels.so"
+
+
+@pytest.fixture
+def paths(tmp_path, monkeypatch):
+    # the module chowns a file not root's: the test is not root everywhere
+    monkeypatch.setattr(os, "chown", lambda *a: None)
+    ddtree = tmp_path / "ddtree" / "manifest.json"
+    ddtree.parent.mkdir()
+    ddtree.write_text(json.dumps({"format": 1, "state": "applied", "build_id": "ab" * 32, "site_packages": SITE,
+                                  "files": [{"path": BUILD_FILE}]}))
+    return {"path": str(tmp_path / "etc" / "inferops-sglang" / "host.json"), "ddtree_manifest": str(ddtree)}
+
+
+def write(capsys, paths, probe, check_mode=False, **more):
+    args = dict(state="present", gpus=GPUS, cuda={"version": "13.0", "home": "/usr/local/cuda-13.0"}, runtime=RUNTIME,
+                probe=probe, provenance={"run": more.pop("run", "run-1")}, **paths, **more)
+    rc, result, _ = run_module(module.main, capsys, args, check_mode=check_mode)
+    return rc, result
+
+
+def read(capsys, paths, **args):
+    rc, result, _ = run_module(module.main, capsys, dict(state="read", variants=VARIANTS, aliases=ALIASES, **paths, **args),
+                               check_mode=True)
+    return rc, result
+
+
+def ok_probe():
+    return {"ok": True, "errors": [], "environment": ENV, "installed": RUNTIME["installed"]}
+
+
+def test_present_writes_once(capsys, paths):
+    rc, first = write(capsys, paths, ok_probe())
+    assert rc == 0 and first["changed"] is True and first["exists"] is False
+    on_disk = json.loads(open(paths["path"]).read())
+    assert on_disk == first["manifest"] and on_disk["written"]["run"] == "run-1"
+    assert oct(os.stat(paths["path"]).st_mode & 0o777) == "0o644"
+    before = os.stat(paths["path"]).st_mtime_ns
+    rc, second = write(capsys, paths, ok_probe(), run="run-2")
+    assert rc == 0 and second["changed"] is False
+    assert os.stat(paths["path"]).st_mtime_ns == before
+    assert json.loads(open(paths["path"]).read())["written"]["run"] == "run-1"  # the file is as it was
+
+
+def test_check_mode_writes_nothing(capsys, paths):
+    rc, result = write(capsys, paths, ok_probe(), check_mode=True)
+    assert rc == 0 and result["changed"] is True and not os.path.exists(paths["path"])
+
+
+def test_a_changed_verdict_is_written(capsys, paths):
+    write(capsys, paths, ok_probe())
+    failed = {"ok": False, "errors": [f"libcudart.so.12 needed by {SITE}/{BUILD_FILE} is not found"], "environment": ENV}
+    rc, result = write(capsys, paths, failed, run="run-2")
+    assert rc == 0 and result["changed"] is True
+    data = hm.read(paths["path"])
+    assert data["builds"]["sglang"]["ok"] is True and data["builds"]["ddtree"]["ok"] is False
+    assert data["written"]["run"] == "run-2"
+
+
+def test_read_gives_the_manifests_settings(capsys, paths):
+    write(capsys, paths, ok_probe())
+    rc, result = read(capsys, paths, name="nextn", environment={"EXTRA": "1"})
+    assert rc == 0, result
+    assert result["settings"] == {"tp_size": 2, "gpu_devices": [0, 2], "python": "/opt/sglang/venv/bin/python",
+                                  "environment": dict(ENV, EXTRA="1")}
+    assert result["variant"] == "nextn" and result["build"]["needed"] == "sglang"
+
+
+def test_read_keeps_an_override(capsys, paths):
+    write(capsys, paths, ok_probe())
+    rc, result = read(capsys, paths, tp_size="1", gpu_devices=[2])
+    assert rc == 0 and result["settings"]["gpu_devices"] == [2] and result["sources"]["tp_size"] == "override"
+
+
+def test_read_refuses_a_variant_whose_build_failed(capsys, paths):
+    failed = {"ok": False, "errors": [f"libcudart.so.12 needed by {SITE}/{BUILD_FILE} is not found"], "environment": ENV}
+    write(capsys, paths, failed)
+    rc, result = read(capsys, paths, name="balanced")
+    assert rc == 1 and result["variant"] == "shadow"
+    assert "variant shadow needs ddtree abababababab, which failed the runtime probe" in result["msg"]
+    assert BUILD_FILE in result["msg"]
+    rc, result = read(capsys, paths, name="nextn")
+    assert rc == 0, result
+
+
+def test_read_without_a_manifest(capsys, paths):
+    rc, result = read(capsys, paths, name="nextn")
+    assert rc == 1 and "run provision.yml first" in result["msg"]
+    assert "sglang_service_host_manifest_required: false" in result["msg"]
+    rc, result = read(capsys, paths, name="nextn", required=False, tp_size=1, gpu_devices=[0])
+    assert rc == 0 and result["exists"] is False and result["settings"]["python"] == hm.FALLBACK_PYTHON
+    assert "not checked against a probe verdict" in json.dumps(result["warnings"])
+
+
+def test_read_an_unusable_manifest(capsys, paths):
+    os.makedirs(os.path.dirname(paths["path"]))
+    with open(paths["path"], "w") as handle:
+        handle.write('{"schema": 0}')
+    rc, result = read(capsys, paths)
+    assert rc == 1 and "schema 0 is not 1" in result["msg"]
