@@ -4,8 +4,11 @@
 #
 #   venv-<release>-<key>/   a venv of real SGLang (0.5.11, the pinned release, and
 #                           0.5.23, the newest supported), made with Debian's
-#                           /usr/bin/python3 (the lab image's interpreter) from
-#                           lock-<release>.txt; key = lock + interpreter + recipe
+#                           /usr/bin/python3 (the lab image's interpreter) with
+#                           the sglang_runtime role's constraints file of the
+#                           release (roles/sglang_runtime/files/constraints/
+#                           sglang-<release>-cu130.txt, the lock the role
+#                           installs with); key = lock + interpreter + recipe
 #   libcuda-stub-<key>/     libcuda.so.1: a TEST DOUBLE of the NVIDIA driver
 #                           library (libcuda_stub.c), so sgl_kernel imports on a
 #                           machine without a GPU; every call says "no device"
@@ -21,13 +24,26 @@
 #
 #   lab/real/build.sh             build what is missing, print the paths
 #   lab/real/build.sh --print     print the paths of what is built; exit 1 if incomplete
-#   lab/real/build.sh --lock REL  resolve REL anew from seed-REL.txt into lock-REL.txt
+#   lab/real/build.sh --lock REL  resolve REL anew from seed-REL.txt into the role's
+#                                 constraints file of REL (then `make real` builds
+#                                 its venv anew: its key changed)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=${INFEROPS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/inferops-sglang}/real
 python=${INFEROPS_REAL_PYTHON:-/usr/bin/python3}
 VENV_RELEASES=(0.5.11 0.5.23)
 recipe=1
+# The one source of the locks: the constraints files the sglang_runtime role
+# installs with, per SGLang release and CUDA build. PyPI's torch of these
+# releases is the CUDA 13.0 build, so the lab's venvs are cu130.
+constraints=$(cd "$here/../.." && pwd)/roles/sglang_runtime/files/constraints
+cuda_tag=cu130
+lockfile() { echo "$constraints/sglang-$1-$cuda_tag.txt"; }
+# lock_of RELEASE: the constraints file, which must exist (except for --lock)
+lock_of() {
+  [[ -f "$(lockfile "$1")" ]] || { log "no constraints file $(lockfile "$1") (lab/real/build.sh --lock $1 makes it)"; exit 1; }
+  lockfile "$1"
+}
 mkdir -p "$root"
 
 log() { echo "real-sglang: $*" >&2; }
@@ -36,7 +52,7 @@ pyver() { "$python" -c 'import sys; print(sys.version.split()[0])'; }
 # pip output without the machine's notes about local index folders it skips
 quiet_pip() { "$@" 2>&1 | grep -v "^WARNING: Location 'file://" || return "${PIPESTATUS[0]}"; }
 
-venv_key() { { cat "$here/lock-$1.txt"; pyver; echo "venv recipe $recipe"; } | sha; }
+venv_key() { { cat "$(lock_of "$1")"; pyver; echo "venv recipe $recipe"; } | sha; }
 stub_key() { { cat "$here/libcuda_stub.c"; gcc --version | head -1; } | sha; }
 model_key() { { cat "$here/tiny_model.py"; venv_key 0.5.11; } | sha; }
 
@@ -62,7 +78,7 @@ build_venv() {
   log "building venv of sglang==$release in $dir (several minutes, about 10 GB)"
   "$python" -m venv "$dir"
   quiet_pip "$dir/bin/python" -m pip install -q --no-cache-dir --disable-pip-version-check \
-    -c "$here/lock-$release.txt" "sglang==$release"
+    -c "$(lock_of "$release")" "sglang==$release"
   # The lock makes it import: prove it, with the driver stand-in
   LD_LIBRARY_PATH="$root/libcuda-stub" "$dir/bin/python" -c 'import sglang, sgl_kernel, sglang.srt.server_args' \
     || { log "sglang==$release does not import"; exit 1; }
@@ -128,7 +144,7 @@ lock() {
   "$python" -m venv "$tmp/venv"
   quiet_pip "$tmp/venv/bin/python" -m pip install -q --no-cache-dir -c "$here/seed-$release.txt" "sglang==$release"
   { grep '^#' "$here/seed-$release.txt"; echo "# Resolved $(date -u +%Y-%m-%d) by lab/real/build.sh --lock $release with $(pyver)."
-    "$tmp/venv/bin/python" -m pip freeze --all | grep -v '^sglang=='; } > "$here/lock-$release.txt"
+    "$tmp/venv/bin/python" -m pip freeze --all | grep -v '^sglang=='; } > "$(lockfile "$release")"
 }
 
 case "${1:-}" in
