@@ -216,3 +216,66 @@ def test_container_problems():
         "device nodes /dev/nvidia-uvm, /dev/nvidia3 are missing: pass them through to the container",
         "device node /dev/nvidia0 is not a character device: pass it through to the container",
     ]
+
+
+def runner(tmp_path, host: str = "ct129", **changes):
+    """A run_command (AnsibleModule's signature) that runs the lab's fake nvidia-smi, and the argvs it ran."""
+    calls: list[list[str]] = []
+
+    def run_command(argv):
+        calls.append(list(argv))
+        assert argv[0] == "nvidia-smi"
+        code, out = smi(tmp_path, host, list(argv[1:]), **changes)
+        return code, out, ""
+
+    return run_command, calls
+
+
+def test_read_inventory_places_the_lost_gpu_with_the_listing(tmp_path):
+    run_command, calls = runner(tmp_path)
+    read = g.read_inventory(run_command)
+    assert read["error"] is None and read["fields"] == g.QUERY_FIELDS
+    assert [x["index"] for x in read["gpus"]] == list(range(8)) and g.usable(read["gpus"]) == [0, 2, 3, 4, 5, 6, 7]
+    assert read["gpus"][1]["state"] == "lost"
+    assert calls[-1] == ["nvidia-smi", "-L"]  # asked only because a GPU could not be opened
+
+
+def test_read_inventory_without_a_gpu_explains(tmp_path):
+    def run_command(argv):
+        return 9, "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.", ""
+
+    read = g.read_inventory(run_command)
+    assert read["gpus"] == [] and "the NVIDIA kernel driver is not loaded" in read["error"]
+
+
+def test_read_inventory_without_compute_cap(tmp_path):
+    seen = []
+
+    def run_command(argv):
+        seen.append(argv)
+        if "compute_cap" in argv[1]:
+            return 2, 'Field "compute_cap" is not a valid field to query.', ""
+        return 0, "0, NVIDIA RTX A6000, GPU-0, 00000000:01:00.0, 49140, 1, 535.54.03\n", ""
+
+    read = g.read_inventory(run_command)
+    assert read["fields"] == tuple(f for f in g.QUERY_FIELDS if f != "compute_cap")
+    assert read["gpus"][0]["memory_total_mib"] == 49140 and len(seen) == 2
+
+
+def test_device_memory_names_the_lost_gpu(tmp_path):
+    run_command, calls = runner(tmp_path)
+    memory, problems = g.device_memory(run_command, [0, 1, 2])
+    assert memory == [49140, 49140]
+    assert len(problems) == 1 and problems[0].startswith("GPU 1 is not usable: ")
+    assert problems[0] == ("GPU 1 is not usable: Unable to determine the device handle for GPU0000:21:00.0: "
+                           "GPU is lost. Reboot the system to recover this GPU")
+    assert calls[0][:3] == ["nvidia-smi", "-i", "0"]
+
+
+def test_device_minor(tmp_path):
+    gpu = {"index": 0, "pci_bus_id": "00000000:21:00.0"}
+    assert g.device_minor(str(tmp_path), gpu) is None
+    info = tmp_path / "gpus" / "0000:21:00.0"
+    info.mkdir(parents=True)
+    (info / "information").write_text("Model: \t\t NVIDIA RTX A6000\nDevice Minor: \t 3\n")
+    assert g.device_minor(str(tmp_path), gpu) == 3

@@ -210,3 +210,6 @@ def test_device_minor_from_proc(host, driver, capsys):
     rc, result = run(capsys, container_checks="always", driver_proc_dir=proc, device_dir=dev)
     assert rc == 0, result
     assert result["ansible_facts"]["inferops_gpus"]["container"]["device_nodes"][-1] == f"{dev}/nvidia5"
+    gpus = result["ansible_facts"]["inferops_gpus"]["gpus"]
+    # the minor is recorded per GPU (the host manifest keeps it); null where /proc does not say
+    assert [g["device_minor"] for g in gpus] == [None, 5]

@@ -1,0 +1,79 @@
+"""_model_config: the one reader of model directories, on the lab's model
+configs (Qwen3.6-27B keeps its language model in text_config; the DFlash
+draft is a plain config) and on broken directories."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from sim_helpers import MODELS
+
+from ansible_collections.inferops.sglang.plugins.module_utils import _model_config as mc
+
+QWEN = MODELS / "Qwen3.6-27B"
+DRAFT = MODELS / "Qwen3.6-27B-DFlash"
+
+
+def test_qwen36_reads_its_text_config():
+    model = mc.read(str(QWEN))
+    config = json.loads((QWEN / "config.json").read_text())
+    index = json.loads((QWEN / "model.safetensors.index.json").read_text())
+    assert model["config"] == config
+    assert model["text_config"] == config["text_config"]
+    assert model["architecture"] == config["architectures"][0] == "Qwen3_5ForConditionalGeneration"
+    assert model["max_position_embeddings"] == config["text_config"]["max_position_embeddings"] == 262144
+    assert model["weight_bytes"] == index["metadata"]["total_size"]
+    assert mc.heads(model["config"]) == {"num_attention_heads": 24, "num_key_value_heads": 4,
+                                         "linear_num_key_heads": 16, "linear_num_value_heads": 48}
+
+
+def test_a_plain_config_is_its_own_text_config():
+    model = mc.read(str(DRAFT), weights=False)
+    assert model["text_config"] is model["config"] and model["weight_bytes"] is None
+
+
+def test_llm_config_counts_as_the_text_config():
+    assert mc.text_config({"llm_config": {"hidden_size": 8}, "hidden_size": 1}) == {"hidden_size": 8}
+    empty = {"text_config": {}, "hidden_size": 1}
+    assert mc.text_config(empty) is empty
+
+
+def test_weights_from_safetensors_files(tmp_path):
+    (tmp_path / "config.json").write_text('{"num_attention_heads": 4}')
+    (tmp_path / "a.safetensors").write_bytes(b"x" * 10)
+    (tmp_path / "b.safetensors").write_bytes(b"y" * 5)
+    assert mc.read(str(tmp_path))["weight_bytes"] == 15
+
+
+@pytest.mark.parametrize("files, message", [
+    ({}, "has no readable config.json"),
+    ({"config.json": "{oops"}, "has no readable config.json"),
+    ({"config.json": "[1]"}, "config.json is not a JSON object (it holds a list)"),
+    ({"config.json": "{}"}, "has neither model.safetensors.index.json (metadata.total_size) nor *.safetensors files"),
+    ({"config.json": "{}", "model.safetensors.index.json": "{bad"}, "model.safetensors.index.json is not readable"),
+    ({"config.json": '{"max_position_embeddings": "long"}'}, "max_position_embeddings is not a number"),
+])
+def test_errors_name_the_directory(tmp_path, files, message):
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    with pytest.raises(mc.ModelConfigError) as exc:
+        mc.read(str(tmp_path), what="model_path")
+    assert message in str(exc.value) and str(tmp_path) in str(exc.value)
+
+
+def test_missing_directory_and_own_error_class(tmp_path):
+    class PlanError(Exception):
+        pass
+
+    with pytest.raises(PlanError) as exc:
+        mc.read(str(tmp_path / "absent"), what="model_path", error=PlanError)
+    assert str(exc.value) == f"model_path {tmp_path / 'absent'} does not exist on the host"
+
+
+def test_heads():
+    assert mc.heads({"num_attention_heads": 8}) == {"num_attention_heads": 8, "num_key_value_heads": 8}
+    with pytest.raises(mc.ModelConfigError):
+        mc.heads({"num_attention_heads": True})
+    with pytest.raises(mc.ModelConfigError):
+        mc.heads({"text_config": {"hidden_size": 1}})
