@@ -21,11 +21,31 @@ description:
   - >-
     C(torch): C(import torch) works and C(torch.version.cuda) equals the toolkit major.minor O(cuda_version).
   - >-
-    C(libraries): every library of O(libraries) and every library the installed DDTree build declares (the
-    C(CUDA_LIBRARIES) list of O(ddtree_module), read from its source with C(ast), never imported) really loads
-    with C(ctypes.CDLL). A library that does not load is reported with its name and the loader's reason, for
-    example C(libcudart.so.12: cannot open shared object file: No such file or directory). A loaded CUDA runtime
-    must report the major version its name promises (C(cudaRuntimeGetVersion): 13000 for C(libcudart.so.13)).
+    C(libraries): every library of O(libraries) (what SGLang's kernel package opens itself with C(ctypes), so no
+    ELF file names it) really loads with C(ctypes.CDLL). A loaded CUDA runtime must report the major version its
+    name promises (C(cudaRuntimeGetVersion): 13000 for C(libcudart.so.13)).
+  - >-
+    C(dependencies): the files are the truth. Every shared object (C(*.so), C(*.so.*)) the distributions of
+    O(scan_distributions) installed (their C(RECORD)), the installed DDTree build's shared objects (from its
+    manifest O(ddtree_manifest)) and O(scan_paths) is read (its ELF dynamic section: C(DT_NEEDED), C(DT_RUNPATH),
+    C(DT_RPATH), C(DT_SONAME); 32- and 64-bit, either byte order, read with C(struct)). Each needed name is
+    looked for as glibc's loader would, with the unit's environment: the RPATH of the object (only when it has
+    no RUNPATH, C($ORIGIN) expanded) and of the objects that loaded it, C(LD_LIBRARY_PATH), the RUNPATH,
+    C(/etc/ld.so.cache) (read directly, C(ldconfig -p) as fallback), then the default directories (the
+    multiarch ones, C(/lib64), C(/usr/lib64), C(/lib), C(/usr/lib)); a file of another ELF class or machine is
+    skipped. The libraries found are read in turn. A name that another object of the set provides (its
+    C(SONAME), for example torch's C(libc10.so) for sgl-kernel, loaded by C(import torch) first) resolves.
+  - >-
+    Each name that does not resolve fails the probe, with every file that needs it and where the loader looked,
+    for example C(libcudart.so.12 needed by .../sglang/srt/speculative/ddtree_kernels.so (the DDTree build) does
+    not resolve (LD_LIBRARY_PATH=/usr/local/cuda-13.0/lib64, RUNPATH=none)).
+  - >-
+    The libraries of the NVIDIA driver (O(driver_libraries), C(libcuda.so.1) first) are looked for the same way
+    and fail the same way, naming the driver: a GPU host must have them where the unit's loader looks. Only
+    O(require_driver=false) (a host prepared before its driver, a CI machine) reports them without failing.
+  - >-
+    The checks run with exactly RV(environment) and no other variable; hand the unit that environment (its
+    C(Environment=) lines), or what was proven is not what runs.
   - >-
     Before running anything the pins are checked against each other: the local label of O(torch_version) must
     be the CUDA build of O(cuda_version) (C(+cu130) for 13.0); a disagreement always fails, whatever
@@ -55,17 +75,43 @@ options:
     type: str
   libraries:
     description:
-      - CUDA libraries that must load (names for the loader to search, or absolute paths).
-      - Default, per SGLang release line of O(sglang_version), the CUDA runtime of the toolkit major
-        (C(libcudart.so.13) for CUDA 13.x).
+      - Libraries that must load with C(ctypes.CDLL) (names for the loader to search, or absolute paths).
+      - Default, per SGLang release line of O(sglang_version), what its kernel package preloads, the CUDA runtime
+        of the toolkit major (C(libcudart.so.13) for CUDA 13.x).
     type: list
     elements: str
-  ddtree_module:
-    description: The module of the DDTree build that declares its CUDA libraries in C(CUDA_LIBRARIES). Absent is fine.
-    type: str
-    default: sglang.srt.speculative.ddtree_utils
+  scan_distributions:
+    description:
+      - The distributions whose shared objects the C(dependencies) check reads (from their C(RECORD)); absent
+        ones are skipped and RV(dependencies.distributions) says which were found.
+      - Default SGLang, its kernel packages (C(sglang-kernel), C(sgl-kernel), C(sgl-deep-gemm), C(sgl-flash-mla),
+        C(sgl-deep-ep)), flashinfer (C(flashinfer-python), C(flashinfer-cubin), C(flashinfer-jit-cache)) and C(torch).
+    type: list
+    elements: str
+  scan_paths:
+    description: Further shared objects, or directories of them, the C(dependencies) check reads.
+    type: list
+    elements: path
+    default: []
+  ddtree_manifest:
+    description:
+      - The DDTree build's manifest (inferops.sglang.ddtree_build). The shared objects of a build it records as
+        applied, or held for this probe, are read by the C(dependencies) check and named as the DDTree build's.
+      - Absent is fine (no build).
+    type: path
+    default: /var/lib/inferops-sglang/ddtree/manifest.json
+  driver_libraries:
+    description: The libraries the NVIDIA driver provides, not a package or the toolkit.
+    type: list
+    elements: str
+    default: [libcuda.so.1, libnvidia-ml.so.1, libnvidia-ptxjitcompiler.so.1, libnvidia-nvvm.so.4, libcudadebugger.so.1]
+  require_driver:
+    description:
+      - V(true) fails when a driver library does not resolve. V(false) reports it in RV(dependencies) only.
+    type: bool
+    default: true
   library_path:
-    description: Directories of the unit's C(LD_LIBRARY_PATH), after the toolkit's C(lib64).
+    description: Directories of the unit's C(LD_LIBRARY_PATH), after the toolkit's C(lib64) (see RV(environment)).
     type: list
     elements: path
     default: []
@@ -77,8 +123,8 @@ options:
     description: The checks to run.
     type: list
     elements: str
-    choices: [versions, torch, libraries]
-    default: [versions, torch, libraries]
+    choices: [versions, torch, libraries, dependencies]
+    default: [versions, torch, libraries, dependencies]
   fail_on_error:
     description:
       - Fail when a check finds a problem. V(false) only reports (RV(ok), RV(errors), RV(needs_install)); a role
@@ -122,10 +168,9 @@ errors:
   elements: str
   sample:
     - >-
-      libcudart.so.12 (declared by the DDTree build sglang.srt.speculative.ddtree_utils
-      (/opt/sglang/venv/lib/python3.11/site-packages/sglang/srt/speculative/ddtree_utils.py)) does not load with
-      ctypes.CDLL: libcudart.so.12: cannot open shared object file: No such file or directory
-      (LD_LIBRARY_PATH=/usr/local/cuda-13.0/lib64)
+      libcudart.so.12 needed by
+      /opt/sglang/venv/lib/python3.11/site-packages/sglang/srt/speculative/ddtree_kernels.so (the DDTree build)
+      does not resolve (LD_LIBRARY_PATH=/usr/local/cuda-13.0/lib64, RUNPATH=none)
 venv_exists:
   description: Whether O(python) exists and is executable.
   returned: always
@@ -179,7 +224,7 @@ libraries:
       description: The library name.
       type: str
     source:
-      description: C(configured) (O(libraries)) or C(ddtree) (declared by the DDTree build).
+      description: C(configured) (O(libraries)).
       type: str
     loaded:
       description: Whether it loaded.
@@ -193,18 +238,62 @@ libraries:
     runtime_version:
       description: C(cudaRuntimeGetVersion) of a CUDA runtime (13000 for 13.0).
       type: int
-ddtree:
-  description: The DDTree build's declaration (C(path) null when no DDTree build is installed).
-  returned: when the library check ran
+dependencies:
+  description: What the C(dependencies) check read and found.
+  returned: when the dependencies check ran
   type: dict
-  sample: {"module": "sglang.srt.speculative.ddtree_utils", "path": null, "libraries": [], "error": null}
+  contains:
+    distributions:
+      description: Each scanned distribution found, with its number of shared objects.
+      type: dict
+      sample: {"sglang": 1, "sglang-kernel": 13, "torch": 13}
+    build_files:
+      description: The DDTree build's shared objects read (from O(ddtree_manifest)).
+      type: list
+      elements: str
+    scanned:
+      description: Shared objects read from the distributions, the build and O(scan_paths).
+      type: int
+    objects:
+      description: All objects read, with the libraries found for them.
+      type: int
+    unresolved:
+      description: Each name that does not resolve, with the file that needs it (C(needed_by)), its C(runpath) and
+        C(rpath) (null when absent), and C(build) (C(ddtree) for a file of the DDTree build).
+      type: list
+      elements: dict
+      sample: [{"name": "libcudart.so.12", "needed_by": "/opt/sglang/venv/lib/python3.11/site-packages/sglang/srt/speculative/ddtree_kernels.so",
+                "runpath": null, "rpath": null, "build": "ddtree"}]
+    errors:
+      description: Files whose dynamic section cannot be read (C(path), C(error)).
+      type: list
+      elements: dict
+    ld_cache_error:
+      description: Why C(/etc/ld.so.cache) could not be read (C(ldconfig -p) was used then); null when it was.
+      type: str
+    seconds:
+      description: How long the scan took.
+      type: float
+ddtree_build:
+  description: The DDTree build the probe found in O(ddtree_manifest) (C(build_id), C(state)); null without one.
+  returned: when the dependencies check ran
+  type: dict
+environment:
+  description:
+    - Every variable the checks ran with, and no other (C(env -i)), with its value. This is what was proven;
+      the unit must be given exactly this environment (C(Environment=) lines), for example through the host
+      manifest provisioning writes.
+  returned: always
+  type: dict
+  sample: {"LANG": "C.UTF-8", "LD_LIBRARY_PATH": "/usr/local/cuda-13.0/lib64",
+           "PATH": "/opt/sglang/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin", "PYTHONDONTWRITEBYTECODE": "1"}
 cuda_version:
   description: The toolkit major.minor the runtime was checked against.
   returned: always
   type: str
   sample: "13.0"
 ld_library_path:
-  description: The C(LD_LIBRARY_PATH) the checks ran with.
+  description: The C(LD_LIBRARY_PATH) the checks ran with (also in RV(environment)).
   returned: always
   type: str
 """
@@ -215,8 +304,8 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _runtime_probe as probe
 
-# Reported, not pinned: SGLang's kernel package.
-REPORTED = ("sgl-kernel",)
+# Reported, not pinned: SGLang's kernel package (sgl-kernel, renamed sglang-kernel: the 0.5.11 venv has sglang_kernel-0.4.2).
+REPORTED = ("sgl-kernel", "sglang-kernel")
 
 
 def main() -> None:
@@ -228,7 +317,11 @@ def main() -> None:
             torch_version=dict(type="str"),
             sglang_version=dict(type="str"),
             libraries=dict(type="list", elements="str"),
-            ddtree_module=dict(type="str", default=probe.DDTREE_MODULE),
+            scan_distributions=dict(type="list", elements="str"),
+            scan_paths=dict(type="list", elements="path", default=[]),
+            ddtree_manifest=dict(type="path", default=probe.DDTREE_MANIFEST),
+            driver_libraries=dict(type="list", elements="str", default=list(probe.DRIVER_LIBRARIES)),
+            require_driver=dict(type="bool", default=True),
             library_path=dict(type="list", elements="path", default=[]),
             environment=dict(type="dict", default={}),
             checks=dict(type="list", elements="str", choices=list(probe.CHECKS), default=list(probe.CHECKS)),
@@ -254,7 +347,8 @@ def main() -> None:
     libraries = p["libraries"] if p["libraries"] is not None else probe.default_libraries(p["sglang_version"], cuda)
     python = p["python"]
     where = os.path.dirname(os.path.dirname(python)) or python
-    result = dict(changed=False, cuda_version=probe.cuda_text(cuda), ld_library_path=ld_path,
+    env = probe.environment(python, ld_path, p["environment"])
+    result = dict(changed=False, cuda_version=probe.cuda_text(cuda), ld_library_path=ld_path, environment=env,
                   venv_exists=os.path.isfile(python) and os.access(python, os.X_OK))
 
     if not result["venv_exists"]:
@@ -265,8 +359,10 @@ def main() -> None:
             module.fail_json(msg=errors[0], **result)
         module.exit_json(**result)
 
-    argv = probe.command(python, ld_path, p["environment"], p["timeout"])
-    data = probe.request(p["checks"], list(pins) + list(REPORTED), libraries, p["ddtree_module"])
+    argv = probe.command(python, env, p["timeout"])
+    build, build_manifest = probe.build_files(p["ddtree_manifest"]) if "dependencies" in p["checks"] else ([], None)
+    scan = p["scan_distributions"] if p["scan_distributions"] is not None else list(probe.SCAN_DISTRIBUTIONS)
+    data = probe.request(p["checks"], list(pins) + list(REPORTED), libraries, scan, build, p["scan_paths"])
     rc, out, err = module.run_command(argv, data=data)
     report = probe.parse_report(out)
     if report is None:
@@ -274,13 +370,17 @@ def main() -> None:
         module.fail_json(msg=f"the runtime probe did not complete in {python} ({reason}): {(err or out).strip()[-500:]}",
                          rc=rc, stdout=out, stderr=err, **result)
 
-    errors = probe.evaluate(report, pins if "versions" in p["checks"] else {}, cuda, ld_path, where)
+    errors = probe.evaluate(report, pins if "versions" in p["checks"] else {}, cuda, ld_path, where,
+                            p["driver_libraries"], p["require_driver"])
     installed = report.get("installed") or {}
     result.update(ok=not errors, errors=errors, installed=installed, needs_install=probe.needs_install(installed, pins),
                   python={key: report.get(key) for key in ("executable", "prefix", "version")})
-    for key in ("torch", "libraries", "ddtree"):
+    for key in ("torch", "libraries", "dependencies"):
         if key in report:
             result[key] = report[key]
+    if "dependencies" in report:
+        result["ddtree_build"] = ({"build_id": build_manifest.get("build_id"), "state": build_manifest.get("state"),
+                                   "manifest": p["ddtree_manifest"]} if build_manifest else None)
     if errors and p["fail_on_error"]:
         module.fail_json(msg=f"the SGLang runtime in {where} is not fit for CUDA {probe.cuda_text(cuda)}: "
                          + "; ".join(errors), **result)

@@ -2,11 +2,15 @@
 filled by the real pip from a wheelhouse the tests build (the lab's torch
 stand-in wheel and SGLang simulator wheel, both test doubles), and real shared
 objects compiled with gcc (stand-ins for the toolkit's CUDA runtime) that
-ctypes.CDLL really loads; the DDTree overlay's libcudart.so.12 really fails."""
+ctypes.CDLL really loads. The DDTree build is the lab's, laid by the real
+ddtree_build module: its gcc-built ddtree_kernels.so needs libcudart.so.12
+(DT_NEEDED), which the probe finds unresolved from the file itself."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import os
 import shutil
 import subprocess
@@ -14,9 +18,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from sim_helpers import LAB, run_module
+from ddtree_helpers import ddtree_overlay, overlay_inputs
+from sim_helpers import LAB, patch_module_args, run_module
 
-from ansible_collections.inferops.sglang.plugins.modules import sglang_runtime_probe
+from ansible_collections.inferops.sglang.plugins.modules import ddtree_build, sglang_runtime_probe
 
 sys.path.insert(0, str(LAB / "wheels"))
 from build_torch_wheel import build as build_torch  # noqa: E402 - lab tool, not an installed module
@@ -56,13 +61,37 @@ def make_venv(wheelhouse, tmp_path_factory):
                             "--disable-pip-version-check", "--find-links", str(wheelhouse),
                             f"torch=={torch}", "sglang==0.5.11"], check=True)
             if ddtree:
-                site = subprocess.run([str(python), "-c", "import sglang, os; print(os.path.dirname(sglang.__file__))"],
-                                      check=True, capture_output=True, text=True).stdout.strip()
-                shutil.copy(LAB / "ddtree/overlay/sglang/srt/speculative/ddtree_utils.py", Path(site) / "srt/speculative/ddtree_utils.py")
+                # The lab's build, laid as the lab lays it: the ddtree_build module, overlay source.
+                files = [{"path": item["name"], "src": item["src"], "sha256": item["sha256"]}
+                         for item in overlay_inputs(ddtree_overlay())]
+                args = dict(venv=str(root), source="overlay", sglang_version="0.5.11+simulator", files=files,
+                            manifest=str(root / "ddtree-manifest.json"), built_by="test")
+                assert _run_quiet(ddtree_build.main, args) == 0
             cache[key] = python
         return cache[key]
 
     return make
+
+
+def _run_quiet(main, args: dict) -> int:
+    """A module's main() outside a test's capsys (the session fixture lays the build with it)."""
+    with patch_module_args(args), contextlib.redirect_stdout(io.StringIO()) as out:
+        try:
+            main()
+        except SystemExit as exc:
+            assert exc.code == 0, out.getvalue()
+            return exc.code
+    return 0
+
+
+def manifest_of(python: Path) -> str:
+    return str(python.parent.parent / "ddtree-manifest.json")
+
+
+def kernels_of(python: Path) -> str:
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    return os.path.join(os.path.realpath(site), "sglang/srt/speculative/ddtree_kernels.so")
 
 
 @pytest.fixture(scope="session")
@@ -92,7 +121,7 @@ def cudart(tmp_path_factory):
 
 def run(capsys, python: Path, check_mode: bool = False, **overrides) -> tuple[int, dict]:
     args = dict(python=str(python), cuda_version="13.0", torch_version="2.11.0+cu130", sglang_version="0.5.11",
-                cuda_home="/nonexistent/cuda-13.0")
+                cuda_home="/nonexistent/cuda-13.0", ddtree_manifest=manifest_of(python))
     args.update(overrides)
     return run_module(sglang_runtime_probe.main, capsys, args, check_mode)[:2]
 
@@ -115,10 +144,17 @@ def test_a_good_runtime_passes_in_the_venvs_own_interpreter(make_venv, cudart, c
     # The checks ran in the venv's interpreter, not in the module's.
     assert result["python"]["prefix"] == str(python.parent.parent)
     assert result["python"]["prefix"] != sys.prefix
-    assert result["installed"] == {"torch": "2.11.0+cu130", "sglang": "0.5.11+simulator", "sgl-kernel": None}
+    assert result["installed"] == {"torch": "2.11.0+cu130", "sglang": "0.5.11+simulator", "sgl-kernel": None,
+                                   "sglang-kernel": None}
     assert result["needs_install"] == []
     assert result["torch"] == {"version": "2.11.0+cu130", "cuda": "13.0", "error": None}
-    assert result["ddtree"]["path"] is None and result["ddtree"]["libraries"] == []
+    assert result["ddtree_build"] is None and result["dependencies"]["build_files"] == []
+    assert result["dependencies"]["distributions"] == {"sglang": 0, "torch": 0}  # the stand-ins ship no .so
+    assert result["dependencies"]["unresolved"] == []
+    # Every variable the probe ran with, and no other: what the unit must be given.
+    assert result["environment"] == {
+        "PATH": f"{python.parent}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin", "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1", "LD_LIBRARY_PATH": f"/nonexistent/cuda-13.0/lib64:{lib}"}
     [libcudart] = result["libraries"]
     assert libcudart["name"] == "libcudart.so.13" and libcudart["loaded"] is True
     assert libcudart["path"] == str(lib / "libcudart.so.13")  # the stand-in, found through the unit's path
@@ -145,30 +181,42 @@ def test_pins_that_disagree_fail_before_anything_runs(tmp_path, capsys):
                                 "pin 2.11.0+cu130 (or change the toolkit)"]
 
 
-def test_the_ddtree_builds_missing_library_fails_with_the_loaders_reason(make_venv, cudart, capsys, monkeypatch):
+def test_the_ddtree_builds_missing_library_fails_naming_the_file_that_needs_it(make_venv, cudart, capsys, monkeypatch):
     python = make_venv(ddtree=True)
     # The module's own environment may find a libcudart.so.12; the unit's (and the probe's) does not.
     monkeypatch.setenv("LD_LIBRARY_PATH", str(cudart("libcudart.so.12", 12080)))
     rc, result = run(capsys, python, library_path=[str(cudart())])
     assert rc == 1
-    assert result["ddtree"]["libraries"] == ["libcudart.so.12"]
-    assert result["ddtree"]["path"].endswith("sglang/srt/speculative/ddtree_utils.py")
-    [error] = result["errors"]
-    assert error.startswith("libcudart.so.12 (declared by the DDTree build sglang.srt.speculative.ddtree_utils (")
-    assert "does not load with ctypes.CDLL: libcudart.so.12: cannot open shared object file: No such file or directory" in error
-    assert error.endswith(f"(LD_LIBRARY_PATH=/nonexistent/cuda-13.0/lib64:{cudart()})")
-    by_name = {lib["name"]: lib for lib in result["libraries"]}
-    assert by_name["libcudart.so.13"]["loaded"] and by_name["libcudart.so.13"]["source"] == "configured"
-    assert not by_name["libcudart.so.12"]["loaded"] and by_name["libcudart.so.12"]["source"] == "ddtree"
+    kernels = kernels_of(python)
+    assert result["dependencies"]["build_files"] == [kernels]
+    assert result["ddtree_build"]["state"] == "applied"
+    assert result["dependencies"]["unresolved"] == [
+        {"name": "libcudart.so.12", "needed_by": kernels, "runpath": None, "rpath": None, "build": "ddtree"}]
+    assert result["errors"] == [
+        f"libcudart.so.12 needed by {kernels} (the DDTree build) does not resolve "
+        f"(LD_LIBRARY_PATH=/nonexistent/cuda-13.0/lib64:{cudart()}, RUNPATH=none)"]
+    # Nothing is declared any more: the only library loaded by name is the kernel package's preload.
+    assert [(lib["name"], lib["loaded"]) for lib in result["libraries"]] == [("libcudart.so.13", True)]
 
 
 def test_the_ddtree_build_passes_where_its_library_is_on_the_units_path(make_venv, cudart, capsys):
     # The same check passes when a CUDA 12 runtime is really there (ct200's story):
-    # it is the loader that decides, not the name.
-    rc, result = run(capsys, make_venv(ddtree=True), library_path=[str(cudart()), str(cudart("libcudart.so.12", 12080))])
+    # it is the loader's search that decides, not the name.
+    cuda12 = cudart("libcudart.so.12", 12080)
+    rc, result = run(capsys, make_venv(ddtree=True), library_path=[str(cudart()), str(cuda12)])
     assert rc == 0, result
-    loaded = {lib["name"]: lib["runtime_version"] for lib in result["libraries"]}
-    assert loaded == {"libcudart.so.13": 13000, "libcudart.so.12": 12080}
+    assert result["dependencies"]["unresolved"] == []
+    assert result["environment"]["LD_LIBRARY_PATH"].endswith(f":{cuda12}")
+
+
+def test_a_library_needed_by_the_build_is_not_searched_in_the_toolkit_unless_the_unit_has_it(make_venv, cudart, capsys):
+    # The module's environment is not the unit's: a CUDA 12 runtime in the unit's extra environment resolves.
+    cuda12 = cudart("libcudart.so.12", 12080)
+    rc, result = run(capsys, make_venv(ddtree=True), library_path=[str(cudart())],
+                     environment={"LD_LIBRARY_PATH": str(cuda12), "CUDA_HOME": "/nonexistent/cuda-13.0"})
+    assert rc == 0, result
+    assert result["environment"]["CUDA_HOME"] == "/nonexistent/cuda-13.0"
+    assert result["environment"]["LD_LIBRARY_PATH"] == f"/nonexistent/cuda-13.0/lib64:{cudart()}:{cuda12}"
 
 
 def test_a_library_that_exists_but_is_not_loadable_gives_the_loaders_reason(make_venv, cudart, capsys):
@@ -176,7 +224,7 @@ def test_a_library_that_exists_but_is_not_loadable_gives_the_loaders_reason(make
     rc, result = run(capsys, make_venv(), library_path=[str(cudart()), str(lib)], libraries=["libcudart.so.13", "libcublas.so.13"])
     assert rc == 1
     [error] = result["errors"]
-    assert error.startswith("libcublas.so.13 (needed by SGLang and its kernel package) does not load with ctypes.CDLL: ")
+    assert error.startswith("libcublas.so.13 (opened by SGLang's kernel package with ctypes) does not load with ctypes.CDLL: ")
     assert "invalid ELF header" in error or "file too short" in error
 
 
@@ -210,7 +258,8 @@ def test_check_mode_reports_the_same_and_changes_nothing(make_venv, cudart, caps
     before = tree_digest(python.parent.parent)
     rc, result = run(capsys, python, check_mode=True, library_path=[str(cudart())])
     assert rc == 1 and result["changed"] is False
-    assert any("libcudart.so.12: cannot open shared object file" in error for error in result["errors"])
+    assert result["errors"] == [f"libcudart.so.12 needed by {kernels_of(python)} (the DDTree build) does not resolve "
+                                f"(LD_LIBRARY_PATH=/nonexistent/cuda-13.0/lib64:{cudart()}, RUNPATH=none)"]
     rc, result = run(capsys, make_venv(), check_mode=True, library_path=[str(cudart())])
     assert rc == 0 and result["ok"] is True and result["changed"] is False
     assert tree_digest(python.parent.parent) == before
