@@ -14,6 +14,8 @@ import zipfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+# The collection's table of SGLang release facts, which the simulator's versions.py reads.
+RELEASE_FACTS = HERE.parents[1] / "plugins" / "module_utils" / "_sglang_releases.py"
 EPOCH = (2026, 1, 1, 0, 0, 0)  # fixed timestamps: same sources, same wheel
 
 
@@ -22,6 +24,7 @@ def _files(version: str) -> dict[str, bytes]:
     for root, prefix in ((HERE / "sglang_simulator", "sglang_simulator"), (HERE / "shim" / "sglang", "sglang")):
         for path in sorted(root.rglob("*.py")):
             files[f"{prefix}/{path.relative_to(root).as_posix()}"] = path.read_bytes()
+    files["sglang_simulator/_sglang_releases.py"] = RELEASE_FACTS.read_bytes()
     files["sglang/version.py"] = (
         f'"""Emulated SGLang version (written by build_wheel.py)."""\n\n__version__ = "{version}"\n'.encode()
     )

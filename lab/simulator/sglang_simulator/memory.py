@@ -12,7 +12,9 @@ and ``handle_max_mamba_cache``; the same shape since 0.5.9)::
                       | rest * r / (1 + r) // mamba_per_req     (r = mamba_full_memory_ratio)
         rest -= slots * mamba_per_req
     cell  = max(1, kv_heads // tp) * (head_dim + v_head_dim) * full_layers * dtype_bytes
-            DFLASH: cell * (target_layers + draft_layers) / target_layers (ceil)
+            DFLASH: cell * (target_layers + draft_layers) / target_layers (ceil);
+                    from 0.5.18 cell + the draft's own cell
+            EAGLE-family with a draft model path, from 0.5.14: + the draft's KV (folded)
     tokens = rest // cell, rounded down to page_size;  tokens <= 0 is SGLang's
              "Not enough memory. Please try to increase --mem-fraction-static."
 
@@ -21,8 +23,10 @@ SGLang does not budget it; the simulator charges it in SGLang's start order and
 fails at the first consumer that does not fit. Those consumers are the
 simulator's own estimates (SGLang has no formula for them): activations
 (0.5 GiB + chunked_prefill_size * hidden * 24 bytes), CUDA graphs
-(0.25 GiB + batch * 2 MiB * draft tokens), and before 0.5.14 the draft model's
-weights and, for EAGLE-family drafts, its KV pool of the same token count.
+(0.25 GiB + batch * 2 MiB * draft tokens), before 0.5.14 the draft model's
+weights, and an EAGLE-family draft's KV pool of the same token count where it is
+not folded into the cell (before 0.5.14, and NEXTN/MTP without a draft path).
+Release facts come from versions.Release (the collection's _sglang_releases).
 """
 
 from __future__ import annotations
@@ -105,17 +109,14 @@ class PoolSizingError(Exception):
     """The static pool does not fit: SGLang's own error text."""
 
 
-def gpu_tier(gpu_mem_gib: float, tp: int) -> tuple[int, int]:
-    """SGLang's defaults by GPU memory: (chunked_prefill_size, cuda_graph_max_bs)."""
-    if gpu_mem_gib < 20:
-        return 2048, 8
-    if gpu_mem_gib < 35:
-        return 4096, 48 if tp < 4 else 160
-    if gpu_mem_gib < 60:
-        return 4096, 32 if tp < 4 else 160
-    if gpu_mem_gib < 160:
-        return 8192, 256 if tp < 4 else 512
-    return 16384, 512
+def gpu_tier(gpu_mem_gib: float, tp: int, release: Release | None = None) -> tuple[int, int]:
+    """SGLang's defaults by GPU memory: (chunked_prefill_size, cuda_graph_max_bs), the
+    release's gpu_tiers (the newest release's when none is given)."""
+    tiers = (release or Release((9, 9, 9))).fact("gpu_tiers")
+    for bound, (chunked, small_tp, large_tp) in tiers:
+        if bound is None or gpu_mem_gib < bound:
+            return chunked, small_tp if tp < 4 else large_tp
+    raise ValueError("gpu_tiers has no last tier")
 
 
 def capture_batch_sizes(max_bs: int, speculative: bool) -> list[int]:
@@ -180,7 +181,7 @@ def plan(
     """Size the pools of one rank. Raises PoolSizingError as SGLang does."""
     tp = cfg.tp_size
     gpu_total_gib = gpu_total_mib / 1024.0
-    chunked_default, graph_bs_default = gpu_tier(gpu_total_gib, tp)
+    chunked_default, graph_bs_default = gpu_tier(gpu_total_gib, tp, release)
     mfs = cfg.mem_fraction_static if cfg.mem_fraction_static is not None else default_mfs(
         release, gpu_total_gib, tp, chunked_default, graph_bs_default
     )
@@ -222,11 +223,17 @@ def plan(
 
     cell = kv_cell_bytes(model, tp)
     if spec in DFLASH_FAMILY and release.has_dflash and draft is not None:
-        layers = model.full_attention_layers
-        cell = (cell * (layers + draft.num_layers) + layers - 1) // layers
-    elif spec in EAGLE_FAMILY and release.draft_weights_in_pool:
-        draft_layers = draft.full_attention_layers if draft else model.mtp_layers
-        cell += kv_cell_bytes(model, tp) * draft_layers // max(1, model.full_attention_layers)
+        if release.fact("dflash_cell_sum"):
+            # 0.5.18+: the target's cell plus the draft's own (0.5.18 speculative/dflash_utils.py:139-152,
+            # model_executor/pool_configurator.py:216-232)
+            cell += kv_cell_bytes(draft, tp)
+        else:  # scale_kv_cell_size_per_token_for_dflash: ceil(cell * (T + D) / T)
+            layers = model.full_attention_layers
+            cell = (cell * (layers + draft.num_layers) + layers - 1) // layers
+    elif spec in EAGLE_FAMILY and draft is not None and release.fact("eagle_draft_cell_fold"):
+        # 0.5.14+ fold an EAGLE-family draft's KV into the cell only with --speculative-draft-model-path;
+        # NEXTN/MTP from the checkpoint's own layers keeps its pool outside the profile
+        cell += kv_cell_bytes(model, tp) * draft.full_attention_layers // max(1, model.full_attention_layers)
     result.cell_bytes = cell
     tokens = int(rest * GIB) // cell if rest > 0 else 0
     tokens = tokens // cfg.page_size * cfg.page_size
@@ -289,10 +296,11 @@ def dynamic_stages(
         )
     if spec and not release.draft_weights_in_pool:
         stages.append(Stage("draft_weights", result.draft_weights_gib, False))
-        if spec in EAGLE_FAMILY:
-            draft_layers = draft.full_attention_layers if draft else model.mtp_layers
-            draft_cell = kv_cell_bytes(model, cfg.tp_size) * draft_layers // max(1, model.full_attention_layers)
-            stages.append(Stage("draft_kv_pool", result.max_total_tokens * draft_cell / GIB, False))
+    if spec in EAGLE_FAMILY and not (draft is not None and release.fact("eagle_draft_cell_fold")):
+        # the draft's own KV pool of the same token count, outside the profile
+        draft_layers = draft.full_attention_layers if draft else model.mtp_layers
+        draft_cell = kv_cell_bytes(model, cfg.tp_size) * draft_layers // max(1, model.full_attention_layers)
+        stages.append(Stage("draft_kv_pool", result.max_total_tokens * draft_cell / GIB, False))
     if spec and cfg.cuda_graph:
         stages.append(Stage("draft_cuda_graph", 0.1 + result.cuda_graph_max_bs * MIB * graph_tokens / GIB, False))
     return stages

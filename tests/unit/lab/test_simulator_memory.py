@@ -104,3 +104,56 @@ def test_default_fraction_follows_sglang_tiers():
 def test_missing_model_path_is_sglangs_repo_id_error(tmp_path):
     with pytest.raises(model.ModelPathError, match="Repo id must be in the form"):
         model.load(str(tmp_path / "absent"))
+
+
+def test_nextn_without_a_draft_path_keeps_its_own_kv_pool_from_0_5_14():
+    """0.5.14+ fold an EAGLE-family draft's KV into the cell only with --speculative-draft-model-path
+    (_sglang_releases eagle_draft_cell_fold); NEXTN's MTP draft keeps its own pool of the same token
+    count outside the profile, as before 0.5.14."""
+    new = plan(version=versions.release("0.5.14"), **NEXTN)
+    assert new.cell_bytes == memory.kv_cell_bytes(TARGET, 2) == 2 * 512 * 16 * 2
+    stages = {s.name: s.gib for s in new.dynamic}
+    # the MTP draft: 1 layer of the target's 16 full-attention layers
+    assert stages["draft_kv_pool"] == pytest.approx(new.max_total_tokens * (2 * 512 * 16 * 2) // 16 / (1 << 30))
+    assert "draft_weights" not in stages  # in the profile from 0.5.14
+    old = plan(**NEXTN)
+    assert {"draft_weights", "draft_kv_pool"} <= {s.name for s in old.dynamic}
+
+
+def test_eagle_with_a_draft_path_folds_the_draft_kv_from_0_5_14():
+    cfg = memory.ServerConfig(tp_size=2, speculative_algorithm="EAGLE", mem_fraction_static=0.88,
+                              context_length=32768, max_running_requests=4, disable_radix_cache=True)
+    new = memory.plan(versions.release("0.5.14"), TARGET, DRAFT, cfg, A6000_MIB, FREE_MIB)
+    # cell + cell * draft_layers / target_layers: 5 draft layers over 16
+    assert new.cell_bytes == 32768 + 32768 * 5 // 16
+    assert "draft_kv_pool" not in {s.name for s in new.dynamic}
+
+
+@pytest.mark.parametrize("version,cell", [
+    # ceil(32768 * (16 + 5) / 16) (dflash_utils.py scale_kv_cell_size_per_token_for_dflash)
+    ("0.5.17", (32768 * 21 + 15) // 16),
+    # 0.5.18+: + the draft's own cell, 8 KV heads / 2 * (128 + 128) * 5 layers * 2 bytes
+    # (0.5.18 speculative/dflash_utils.py:139-152)
+    ("0.5.18", 32768 + 4 * 256 * 5 * 2),
+    ("0.5.23", 32768 + 4 * 256 * 5 * 2),
+])
+def test_dflash_cell_per_release(version, cell):
+    p = plan(version=versions.release(version), **BALANCED)
+    assert p.cell_bytes == cell == 43008
+
+
+def test_dflash_cell_sum_differs_from_scaling_for_another_draft():
+    """With a draft of 2 KV heads the sum (0.5.18+) and the scaling (before) differ."""
+    import dataclasses
+
+    small = dataclasses.replace(DRAFT, num_kv_heads=2)
+    cfg = memory.ServerConfig(tp_size=2, **BALANCED)
+    scaled = memory.plan(versions.release("0.5.17"), TARGET, small, cfg, A6000_MIB, FREE_MIB).cell_bytes
+    summed = memory.plan(versions.release("0.5.18"), TARGET, small, cfg, A6000_MIB, FREE_MIB).cell_bytes
+    assert scaled == (32768 * 21 + 15) // 16 and summed == 32768 + 1 * 256 * 5 * 2
+
+
+@pytest.mark.parametrize("version,tier", [("0.5.11", (2048, 24)), ("0.5.19", (2048, 24)), ("0.5.20", (4096, 48))])
+def test_small_gpu_tier_per_release(version, tier):
+    # 20-35 GiB: 0.5.11 server_args.py _handle_gpu_memory_settings; 0.5.23 arg_groups/memory_hook.py:101-117
+    assert memory.gpu_tier(24.0, 1, versions.release(version)) == tier
