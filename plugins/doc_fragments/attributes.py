@@ -6,7 +6,7 @@ from __future__ import annotations
 
 
 class ModuleDocFragment:
-    # The collection's modules only read the host: full check mode support, no diff.
+    # A module that only reads the host: full check mode support, no diff.
     READ_ONLY = r"""
 attributes:
   check_mode:
@@ -15,4 +15,18 @@ attributes:
   diff_mode:
     description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
+"""
+
+    # A module that changes the host (ddtree_build lays files over site-packages): check mode
+    # predicts the change without making it; no diff (the files are reported with their hashes).
+    WRITES = r"""
+attributes:
+  check_mode:
+    description: Can run in check mode and return the changed status prediction without modifying the target.
+    support: full
+    details: In check mode nothing on the target changes; the result lists the files that would change.
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: none
+    details: The changed files are reported in RV(changes) with their SHA-256, not as a diff.
 """

@@ -25,6 +25,14 @@ into the stage, and a journal naming every file is written before the first
 rename. A run that dies part way leaves the journal behind; the next run rolls
 every file back to what it was before, then does what it was asked. The
 originals of a build are kept beside its manifest for ``revert``.
+
+A build can also be applied and *held*: its files are in place, the journal
+and the stage are kept and the manifest says ``pending``, so that the runtime
+probe can read the very files the unit would load. ``commit`` then ends the
+transaction (the manifest says ``applied``); ``roll_back`` puts every file and
+the manifest back as they were before: the previous build, or none. A run that
+dies while a build is held leaves it pending, and the next run rolls it back:
+a build nobody proved is never left behind.
 """
 
 from __future__ import annotations
@@ -379,15 +387,42 @@ def roll_back(site: str) -> list[str]:
                               f"reinstall SGLang {journal.get('sglang_version')} and remove {journal_path(site)}")
         restored.append(entry["path"])
         _fsync_dir(os.path.dirname(target))
-    if journal.get("manifest_before") is None:
+    before = journal.get("manifest_before")
+    if before is None:
         if os.path.exists(journal["manifest"]):
             os.unlink(journal["manifest"])
     else:
-        write_json(journal["manifest"], journal["manifest_before"])
+        write_json(journal["manifest"], before)
+    if before is None or before.get("state") != "applied":
+        # No build is left applied: the originals kept for the one rolled back are not needed.
+        shutil.rmtree(originals_dir(journal["manifest"]), ignore_errors=True)
     os.unlink(journal_path(site))
     shutil.rmtree(journal["stage"], ignore_errors=True)
     _tidy(site)
     return restored
+
+
+def held(site: str) -> dict | None:
+    """The journal of a build applied and held for its probe, None when there is none."""
+    journal = pending(site)
+    return journal if journal is not None and journal.get("held") else None
+
+
+def commit(site: str) -> dict | None:
+    """End a held transaction: the build stays, its manifest says ``applied``. Returns the
+    manifest written, None when no build is held."""
+    journal = held(site)
+    if journal is None:
+        return None
+    for entry in journal["entries"]:
+        if sha256_file(os.path.join(site, entry["path"])) != entry["after"]:
+            raise DDTreeError(f"{entry['path']} changed while the build was held for its probe; "
+                              "roll it back (state=rollback) and apply it again")
+    write_json(journal["manifest"], journal["manifest_after"])
+    os.unlink(journal_path(site))
+    shutil.rmtree(journal["stage"], ignore_errors=True)
+    _tidy(site)
+    return journal["manifest_after"]
 
 
 def _tidy(site: str) -> None:
@@ -399,8 +434,10 @@ def _tidy(site: str) -> None:
 
 
 def transact(site: str, ops: dict[str, bytes | None], manifest_path: str, manifest_before: dict | None,
-             manifest_during: dict, manifest_after: dict) -> None:
-    """Lay ``ops`` (path -> new bytes, None = remove) over site-packages, all or nothing."""
+             manifest_during: dict, manifest_after: dict, hold: bool = False) -> None:
+    """Lay ``ops`` (path -> new bytes, None = remove) over site-packages, all or nothing. With ``hold``
+    the transaction stays open once the files are in place (manifest ``pending``): commit() or
+    roll_back() ends it."""
     work = os.path.join(site, WORK_DIR)
     os.makedirs(work, mode=0o700, exist_ok=True)
     if os.path.exists(journal_path(site)):
@@ -434,7 +471,8 @@ def transact(site: str, ops: dict[str, bytes | None], manifest_path: str, manife
         _tidy(site)
         raise
     write_json(journal_path(site), {"stage": stage, "entries": entries, "manifest": manifest_path,
-                                    "manifest_before": manifest_before,
+                                    "manifest_before": manifest_before, "held": hold,
+                                    "manifest_after": manifest_after if hold else None,
                                     "sglang_version": manifest_after.get("sglang_version")})
     try:
         write_json(manifest_path, manifest_during)
@@ -448,6 +486,9 @@ def transact(site: str, ops: dict[str, bytes | None], manifest_path: str, manife
     except Exception as exc:
         roll_back(site)
         raise DDTreeError(f"the build was interrupted ({exc}); every file was put back as it was") from exc
+    if hold:
+        write_json(manifest_path, dict(manifest_after, state="pending"))
+        return
     write_json(manifest_path, manifest_after)
     os.unlink(journal_path(site))
     shutil.rmtree(stage, ignore_errors=True)
@@ -573,8 +614,9 @@ def _finish(site: str, source: str, inputs: list[dict], sglang_version: str, man
     return Plan(bool(ops) or not same, ops, files, backups, record)
 
 
-def apply(site: str, plan: Plan, manifest_path: str, built_by: str) -> dict:
-    """Carry out ``plan`` and return the manifest written."""
+def apply(site: str, plan: Plan, manifest_path: str, built_by: str, hold: bool = False) -> dict:
+    """Carry out ``plan`` and return the manifest it ends with (``hold``: the one commit() writes;
+    the manifest on the host says ``pending`` until then)."""
     before = read_manifest(manifest_path)
     if not plan.changed and before is not None:
         return before
@@ -584,7 +626,7 @@ def apply(site: str, plan: Plan, manifest_path: str, built_by: str) -> dict:
         if sha256_file(target) != sha256_bytes(data):
             write_atomic(target, data)
     record = dict(t.cast(dict, plan.manifest), applied_at=now(), applied_by=built_by)
-    transact(site, plan.ops, manifest_path, before, dict(record, state="applying"), record)
+    transact(site, plan.ops, manifest_path, before, dict(record, state="applying"), record, hold)
     return record
 
 

@@ -28,10 +28,16 @@ description:
     (JSON) records the SGLang version, the source, the input and per-file original and result hashes, when and by
     whom, and the state (C(applied), C(reverted); C(applying) or C(reverting) while a change is under way).
   - Running it again with the same build changes nothing.
+  - >-
+    With O(hold=true) the build is applied but not committed: the files are in place, the journal is kept and the
+    manifest says C(pending), so that the runtime probe (inferops.sglang.sglang_runtime_probe) reads the files the
+    unit would load. O(state=commit) then ends the transaction (C(applied)); O(state=rollback) puts every file and
+    the manifest back as they were before it: the previous build, or none. Any other run rolls a held build back
+    first, so a build nobody proved is never left behind.
 author:
   - inferops.sglang contributors (@inferops)
 extends_documentation_fragment:
-  - inferops.sglang.attributes.READ_ONLY
+  - inferops.sglang.attributes.WRITES
 options:
   venv:
     description:
@@ -51,9 +57,18 @@ options:
     description:
       - V(present) applies the build (replacing any other build applied by this module).
       - V(absent) reverts the applied build to the original files.
+      - V(commit) ends the transaction of a build applied with O(hold=true); it stays, as C(applied).
+      - V(rollback) undoes a build applied with O(hold=true); the previous build, or none, is back. Both do
+        nothing when no build is held.
     type: str
-    choices: [present, absent]
+    choices: [present, absent, commit, rollback]
     default: present
+  hold:
+    description:
+      - With O(state=present), leave the build applied but uncommitted (manifest C(pending)) until
+        O(state=commit) or O(state=rollback). A build already applied with the same inputs holds nothing.
+    type: bool
+    default: false
   source:
     description: How the build is shipped. Required with O(state=present).
     type: str
@@ -177,8 +192,12 @@ changes:
   type: list
   elements: dict
   sample: [{"path": "sglang/srt/speculative/ddtree_utils.py", "action": "create", "before": null, "after": "0c3e..."}]
+held:
+  description: Whether the build is now applied and held for its probe (O(hold=true)); commit or roll it back.
+  returned: always
+  type: bool
 recovered:
-  description: Files an interrupted earlier run had changed and that this run put back first.
+  description: Files an interrupted (or held) earlier run had changed and that this run put back first.
   returned: always
   type: list
   elements: str
@@ -232,7 +251,8 @@ def main() -> None:
             venv=dict(type="path"),
             site_packages=dict(type="path"),
             python=dict(type="path"),
-            state=dict(type="str", choices=["present", "absent"], default="present"),
+            state=dict(type="str", choices=["present", "absent", "commit", "rollback"], default="present"),
+            hold=dict(type="bool", default=False),
             source=dict(type="str", choices=["patch", "overlay"]),
             patches=dict(type="list", elements="dict", options=item_patch),
             files=dict(type="list", elements="dict", options=item_file),
@@ -259,9 +279,28 @@ def main() -> None:
             module.fail_json(msg=f"{python} cannot name its site-packages: {(err or out).strip()[-300:]}")
         site = out.strip()
     site = os.path.realpath(site)
-    result = dict(changed=False, site_packages=site, manifest_path=p["manifest"], changes=[], recovered=[])
+    result = dict(changed=False, site_packages=site, manifest_path=p["manifest"], changes=[], recovered=[], held=False)
 
     try:
+        if p["state"] in ("commit", "rollback"):
+            journal = ddtree.held(site)
+            if journal is None:
+                result["manifest"] = ddtree.read_manifest(p["manifest"])
+                result["msg"] = "no build is held: nothing to " + p["state"]
+                module.exit_json(**result)
+            after = journal.get("manifest_after") or {}
+            result.update(changed=True, build_id=after.get("build_id"),
+                          changes=[{"path": e["path"], "action": p["state"], "before": e["before"], "after": e["after"]}
+                                   for e in journal["entries"]])
+            if module.check_mode:
+                result["manifest"] = after if p["state"] == "commit" else journal.get("manifest_before")
+                module.exit_json(**result)
+            if p["state"] == "commit":
+                result["manifest"] = ddtree.commit(site)
+            else:
+                result["recovered"] = ddtree.roll_back(site)
+                result["manifest"] = ddtree.read_manifest(p["manifest"])
+            module.exit_json(**result)
         if ddtree.pending(site) is not None:
             if module.check_mode:
                 journal = ddtree.pending(site) or {}
@@ -309,7 +348,8 @@ def main() -> None:
         if module.check_mode:
             result["manifest"] = dict(plan.manifest, applied_by=built_by)
         else:
-            result["manifest"] = ddtree.apply(site, plan, p["manifest"], built_by)
+            result["manifest"] = ddtree.apply(site, plan, p["manifest"], built_by, p["hold"])
+            result["held"] = ddtree.held(site) is not None
     except ddtree.DDTreeError as exc:
         module.fail_json(msg=str(exc), **result)
     module.exit_json(**result)
