@@ -21,6 +21,7 @@ from test_cuda_toolkit import playbook
 HOST = testinfra.get_host("podman://prov-ct129")
 VENV = "/opt/sglang/venv"
 MANIFEST = "/var/lib/inferops-sglang/ddtree/manifest.json"
+HOST_MANIFEST = "/etc/inferops-sglang/host.json"
 DDTREE_FILE = f"{VENV}/lib/python3.11/site-packages/sglang/srt/speculative/ddtree_utils.py"
 OVERLAY = [
     f"ddtree_build_src_dir={os.environ['MOLECULE_PROJECT_DIRECTORY']}/lab/ddtree/overlay",
@@ -58,6 +59,14 @@ def test_ddtree_needing_cuda12_fails_provisioning_on_ct129_before_any_unit():
     assert (manifest["state"], manifest["source"], manifest["sglang_version"]) == ("applied", "overlay", "0.5.11+simulator")
     assert HOST.file(DDTREE_FILE).exists
     assert not HOST.run("systemctl list-unit-files 'sglang*'").stdout.count(".service")
+    # the host manifest records the failed verdict of the build, not of SGLang itself,
+    # so deploy.yml refuses the DDTree variants and still deploys NEXTN
+    host = json.loads(HOST.file(HOST_MANIFEST).content_string)
+    assert host["ddtree"]["build_id"] == manifest["build_id"]
+    ddtree = host["builds"]["ddtree"]
+    assert ddtree["ok"] is False and ddtree["name"] == f"ddtree {manifest['build_id'][:12]}"
+    assert any("libcudart.so.12" in e for e in ddtree["errors"]), ddtree
+    assert host["builds"]["sglang"]["ok"] is True, host["builds"]["sglang"]
 
 
 def test_reverting_the_build_provisions_cleanly_again():
@@ -65,5 +74,7 @@ def test_reverting_the_build_provisions_cleanly_again():
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
     assert not HOST.file(DDTREE_FILE).exists
     assert json.loads(HOST.file(MANIFEST).content_string)["state"] == "reverted"
+    host = json.loads(HOST.file(HOST_MANIFEST).content_string)
+    assert host["ddtree"] is None and set(host["builds"]) == {"sglang"} and host["builds"]["sglang"]["ok"] is True
     again = playbook(*OVERLAY, "ddtree_build_state=absent")
     assert again.returncode == 0 and "changed=0" in again.stdout, again.stdout[-4000:]
