@@ -115,7 +115,8 @@ def attribute(errors: list[str], build_files: list[str]) -> tuple[list[str], lis
     return [e for e in errors if e not in own], own
 
 
-def verdicts(probe: dict | None, sglang_version: str | None, ddtree: dict | None, now: str) -> dict:
+def verdicts(probe: dict | None, sglang_version: str | None, ddtree: dict | None, now: str,
+             checks: list[str] | None = None) -> dict:
     """The probe's verdict per build: ``sglang`` (the plain runtime) and, with a DDTree build in
     place, ``ddtree``: each {name, ok, errors, checks, proved_at}. ok is None when no probe ran."""
     name = f"sglang {sglang_version}" if sglang_version else "sglang"
@@ -127,7 +128,8 @@ def verdicts(probe: dict | None, sglang_version: str | None, ddtree: dict | None
                              "errors": [reason], "checks": [], "proved_at": now}
         return out
     errors = _probe_errors(probe)
-    checks = list(probe.get("checks") or probe.get("invocation", {}).get("module_args", {}).get("checks") or [])
+    checks = list(checks or probe.get("checks") or probe.get("invocation", {}).get("module_args", {}).get("checks")
+                  or ["all"])
     files = list((ddtree or {}).get("files") or [])
     files += list((probe.get("dependencies") or {}).get("build_files") or [])
     own_sglang, own_ddtree = attribute(errors, files if ddtree else [])
@@ -139,7 +141,7 @@ def verdicts(probe: dict | None, sglang_version: str | None, ddtree: dict | None
 
 
 def build(gpus: dict | None, cuda: dict, runtime: dict, probe: dict | None, ddtree_manifest: dict | None,
-          provenance: dict, now: str, extra_environment: dict | None = None) -> dict:
+          provenance: dict, now: str, extra_environment: dict | None = None, checks: list[str] | None = None) -> dict:
     """The manifest of a host from what provisioning found (see the module's documentation)."""
     runtime = runtime or {}
     installed = dict(runtime.get("installed") or (probe or {}).get("installed") or {})
@@ -156,7 +158,7 @@ def build(gpus: dict | None, cuda: dict, runtime: dict, probe: dict | None, ddtr
         "environment": environment,
         "environment_source": source,
         "ddtree": {k: v for k, v in ddtree.items() if k != "files"} if ddtree else None,
-        "builds": verdicts(probe, installed.get("sglang"), ddtree, now),
+        "builds": verdicts(probe, installed.get("sglang"), ddtree, now, checks),
     }
 
 

@@ -65,6 +65,10 @@ options:
     description: O(state=present). The extra environment the probe was given, for a probe result without C(environment).
     type: dict
     default: {}
+  probe_checks:
+    description: O(state=present). The checks the probe ran, recorded with each verdict; default every check (C(all)).
+    type: list
+    elements: str
   provenance:
     description: O(state=present). Who wrote it (run id, playbook, controller user and host), recorded under C(written).
     type: dict
@@ -213,7 +217,7 @@ def _present(module: AnsibleModule) -> None:
         old = None
         module.warn(f"replacing an unusable host manifest: {exc}")
     new = hm.build(p["gpus"], p["cuda"], p["runtime"], p["probe"], _ddtree(p["ddtree_manifest"]), p["provenance"],
-                   _now(), p["probe_environment"])
+                   _now(), p["probe_environment"], p["probe_checks"])
     exists = os.path.exists(path)
     changed = not hm.same(old, new)
     mode_ok = True
@@ -292,6 +296,7 @@ def main() -> None:
             runtime=dict(type="dict", default={}),
             probe=dict(type="dict"),
             probe_environment=dict(type="dict", default={}),
+            probe_checks=dict(type="list", elements="str"),
             provenance=dict(type="dict", default={}),
             required=dict(type="bool", default=True),
             tp_size=dict(type="raw"),
