@@ -279,14 +279,15 @@ def _unset(value) -> bool:
 
 
 def settings(manifest: dict | None, tp_size=None, gpu_devices=None, python=None, environment: dict | None = None,
-             use_environment: bool = True) -> tuple[dict, dict, list[str]]:
-    """(settings, source of each, problems) for a deploy.
+             use_environment: bool = True) -> tuple[dict, dict, list[str], list[str]]:
+    """(settings, source of each, problems, warnings) for a deploy.
 
     Precedence, per setting: a value given (the inventory, a play or -e set it) wins; else the
     manifest's. tp_size given alone takes the first tp_size of the manifest's usable (selected)
     GPUs; gpu_devices given alone makes tp_size their count. ``environment`` (the role's extra
     variables) is laid over the manifest's proven environment, variable by variable; the
-    variables the unit sets itself (UNIT_OWNED) are left out of the manifest's.
+    variables the unit sets itself (UNIT_OWNED) are left out of the manifest's. An override on a
+    GPU provisioning found unusable, or of a TP size it did not find valid, is a warning.
     """
     problems: list[str] = []
     sources: dict[str, str] = {}
@@ -335,13 +336,17 @@ def settings(manifest: dict | None, tp_size=None, gpu_devices=None, python=None,
         size = len(devices)
         sources["tp_size"] = "gpu_devices"
 
-    if manifest is not None and devices:
+    # An override wins: what provisioning saw then is a warning here (the variant's own
+    # check asks nvidia-smi now, and fails a GPU that is still lost, with its words).
+    warnings: list[str] = []
+    if manifest is not None and devices and sources.get("gpu_devices") == "override":
         unusable = {g.get("index"): g.get("reason") for g in gpus.get("unusable") or []}
         for device in devices:
             if device in unusable:
-                problems.append(f"GPU {device} was unusable when the host was provisioned: {unusable[device]}")
-        if size is not None and tp.get("valid") and size not in tp["valid"]:
-            problems.append(f"tp_size {size} is not among the TP sizes provisioning found valid on this host "
+                warnings.append(f"GPU {device} was unusable when the host was provisioned: {unusable[device]}")
+    if manifest is not None and size is not None and "override" in (sources.get("tp_size"), sources.get("gpu_devices")):
+        if tp.get("valid") and size not in tp["valid"]:
+            warnings.append(f"tp_size {size} is not among the TP sizes provisioning found valid on this host "
                             f"({', '.join(str(v) for v in tp['valid'])})")
 
     if not _unset(python):
@@ -356,7 +361,7 @@ def settings(manifest: dict | None, tp_size=None, gpu_devices=None, python=None,
     env.update({str(k): str(v) for k, v in (environment or {}).items()})
     sources["environment"] = "manifest" if proven else "none"
     return ({"tp_size": size, "gpu_devices": devices or [], "python": chosen_python, "environment": env},
-            sources, problems)
+            sources, problems, warnings)
 
 
 def build_needed(params: dict) -> str:

@@ -95,7 +95,9 @@ options:
     type: bool
     default: true
   name:
-    description: O(state=read). The variant to deploy (a name or an alias); refused when its build has no passing verdict.
+    description:
+      - O(state=read). The variant to deploy (a name or an alias); refused when its build has no passing verdict.
+      - A name that does not resolve is not checked here (inferops.sglang.sglang_variant says why).
     type: str
   variants:
     description: O(state=read). The variant table (see inferops.sglang.sglang_variant).
@@ -257,17 +259,16 @@ def _read(module: AnsibleModule) -> None:
     except hm.ManifestError as exc:
         module.fail_json(msg=str(exc), errors=[str(exc)], path=path, exists=True)
 
-    settings, sources, errors = hm.settings(manifest, p["tp_size"], p["gpu_devices"], p["python"], p["environment"],
-                                            p["use_environment"])
+    settings, sources, errors, warnings = hm.settings(manifest, p["tp_size"], p["gpu_devices"], p["python"],
+                                                      p["environment"], p["use_environment"])
     result = dict(changed=False, path=path, exists=manifest is not None, settings=settings, sources=sources)
     if manifest is not None:
         result["manifest"] = manifest
-    warnings = []
     if p["name"]:
         try:
             name, params = variants_mod.resolve(p["name"], p["variants"], p["aliases"], p["overrides"], p["common"])
-        except variants_mod.VariantError as exc:
-            errors.append(str(exc))
+        except variants_mod.VariantError:
+            pass  # not this module's to say: sglang_variant, next in the preflight, names what is wrong
         else:
             result["variant"] = name
             if manifest is None:

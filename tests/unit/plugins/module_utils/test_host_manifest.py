@@ -166,7 +166,7 @@ def test_missing_file(tmp_path):
 # -- precedence: a setting given wins over the manifest's --------------------------
 
 def test_settings_from_the_manifest(ct129_facts):
-    settings, sources, problems = hm.settings(manifest(ct129_facts))
+    settings, sources, problems, _w = hm.settings(manifest(ct129_facts))
     assert problems == []
     assert settings["tp_size"] == 2 and settings["gpu_devices"] == [0, 2]
     assert settings["python"] == "/opt/sglang/venv/bin/python"
@@ -177,7 +177,7 @@ def test_settings_from_the_manifest(ct129_facts):
 
 def test_overrides_win(ct129_facts):
     m = manifest(ct129_facts)
-    settings, sources, problems = hm.settings(m, tp_size="1", gpu_devices=[2], python="/srv/venv/bin/python",
+    settings, sources, problems, _w = hm.settings(m, tp_size="1", gpu_devices=[2], python="/srv/venv/bin/python",
                                               environment={"LD_LIBRARY_PATH": "/opt/lib", "EXTRA": "1"})
     assert problems == []
     assert settings["tp_size"] == 1 and settings["gpu_devices"] == [2] and settings["python"] == "/srv/venv/bin/python"
@@ -187,33 +187,37 @@ def test_overrides_win(ct129_facts):
 
 
 def test_tp_alone_takes_the_first_usable_gpus(ct129_facts):
-    settings, sources, problems = hm.settings(manifest(ct129_facts), tp_size=1)
+    settings, sources, problems, _w = hm.settings(manifest(ct129_facts), tp_size=1)
     assert (settings["tp_size"], settings["gpu_devices"], sources["gpu_devices"], problems) == (1, [0], "manifest", [])
-    settings, _, problems = hm.settings(manifest(ct129_facts), tp_size=4)
+    settings, _, problems, _w = hm.settings(manifest(ct129_facts), tp_size=4)
     assert problems == ["sglang_service_tp_size 4 needs 4 GPUs; the host manifest has 2 usable ([0, 2])"]
 
 
 def test_devices_alone_set_the_tp_size(ct129_facts):
-    settings, sources, problems = hm.settings(manifest(ct129_facts), gpu_devices=[0])
+    settings, sources, problems, _w = hm.settings(manifest(ct129_facts), gpu_devices=[0])
     assert (settings["tp_size"], sources["tp_size"], problems) == (1, "gpu_devices", [])
 
 
-def test_an_override_on_a_lost_gpu_is_a_problem(ct129_facts):
-    _, _, problems = hm.settings(manifest(ct129_facts), gpu_devices=[0, 1])
-    assert problems == ["GPU 1 was unusable when the host was provisioned: GPU is lost. Reboot the system to recover this GPU"]
+def test_an_override_on_a_lost_gpu_wins_with_a_warning(ct129_facts):
+    settings, _, problems, warnings = hm.settings(manifest(ct129_facts), gpu_devices=[0, 1])
+    assert problems == [] and settings["gpu_devices"] == [0, 1]
+    assert warnings == ["GPU 1 was unusable when the host was provisioned: GPU is lost. Reboot the system to recover this GPU"]
+    _, _, _, warnings = hm.settings(manifest(ct129_facts), tp_size=3, gpu_devices=[0, 2, 3])
+    assert warnings == ["tp_size 3 is not among the TP sizes provisioning found valid on this host (1, 2)"]
+    assert hm.settings(manifest(ct129_facts))[3] == []
 
 
 def test_no_manifest_needs_every_setting():
-    _, _, problems = hm.settings(None)
+    _, _, problems, _w = hm.settings(None)
     assert "the host manifest has none (run provision.yml)" in problems[0]
-    settings, sources, problems = hm.settings(None, tp_size=1, gpu_devices=[0], environment={"A": "b"})
+    settings, sources, problems, _w = hm.settings(None, tp_size=1, gpu_devices=[0], environment={"A": "b"})
     assert problems == [] and settings == {"tp_size": 1, "gpu_devices": [0], "python": hm.FALLBACK_PYTHON,
                                            "environment": {"A": "b"}}
     assert sources["python"] == "default" and sources["environment"] == "none"
 
 
 def test_use_environment_false_gives_only_the_extra(ct129_facts):
-    settings, _, _ = hm.settings(manifest(ct129_facts), environment={"A": "b"}, use_environment=False)
+    settings, _, _, _w = hm.settings(manifest(ct129_facts), environment={"A": "b"}, use_environment=False)
     assert settings["environment"] == {"A": "b"}
 
 

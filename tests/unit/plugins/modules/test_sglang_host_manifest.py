@@ -132,3 +132,9 @@ def test_read_an_unusable_manifest(capsys, paths):
         handle.write('{"schema": 0}')
     rc, result = read(capsys, paths)
     assert rc == 1 and "schema 0 is not 1" in result["msg"]
+
+
+def test_read_leaves_an_unknown_variant_to_sglang_variant(capsys, paths):
+    write(capsys, paths, ok_probe())
+    rc, result = read(capsys, paths, name="turbo")
+    assert rc == 0 and "variant" not in result and "build" not in result
