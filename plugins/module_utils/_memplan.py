@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import re
 
@@ -390,23 +391,71 @@ def _slots_per_request(env: dict, rel: dict, radix_off: bool, spec: bool) -> int
     return 3 + (1 if spec and rel["mamba_lazy_spec_buffer"] else 2)
 
 
-def _mamba(model: dict, env: dict, rel: dict, tp: int, rest: float, mrr: int, draft_tokens: int) -> dict:
-    """The linear-attention state pool: slots, speculative states, what is left (GiB)."""
-    per_req = mamba_state_bytes(model, tp, env.get("ssm_bytes", 4))
-    spec = bool(env["speculative_algorithm"])
-    radix_off = _radix_off(env, rel, True)
-    # slots per running request: 1 without radix cache, else 3 (+1 or +2 extra_buffer ping-pong)
-    ratio = _slots_per_request(env, rel, radix_off, spec)
-    pad = 1 if rel["mamba_padding_slot"] else 0
+def _fixed(model: dict, draft: dict | None, env: dict, tp: int, rel: dict, pre: float, assume: dict) -> dict:
+    """Everything one plan's profile needs that does not depend on mem_fraction_static,
+    computed once per (variant envelope, host) so the mfs search only redoes the rest."""
+    algo = env["speculative_algorithm"]
+    target_w = model["target_weight_bytes"] / tp / GIB
+    draft_w = model["draft_weight_bytes"] / tp / GIB
+    in_pool = draft_w if rel["draft_in_pool"] else 0.0
+    elem = _dtype_bytes(env["kv_cache_dtype"]) if env["kv_cache_dtype"] not in (None, "auto") else model["dtype_bytes"]
+    base_cell = kv_cell_bytes(model, tp, elem)
+    cell = base_cell
+    layers = model["kv_layers"]
+    if algo in DFLASH_FAMILY and draft is not None and layers:
+        if rel["dflash_cell_sum"]:
+            cell += kv_cell_bytes(draft, tp, elem)
+        else:  # scale_kv_cell_size_per_token_for_dflash: ceil(cell * (T + D) / T)
+            cell = (cell * (layers + draft["num_layers"]) + layers - 1) // layers
+    elif algo in EAGLE_FAMILY and draft is not None and rel["eagle_draft_cell_fold"] and layers:
+        # with a draft model path, the EAGLE draft's KV is folded into the cell
+        cell = int(cell * (1 + draft["num_layers"] / layers))
+    hybrid = bool(model["linear_layers"])
+    spec = bool(algo)
+    fixed = {
+        "model": model, "draft": draft, "env": env, "rel": rel, "pre": pre, "hybrid": hybrid, "spec": spec,
+        "target_w": target_w, "draft_w": draft_w, "draft_w_in_pool": in_pool,
+        "post": pre - target_w - in_pool,
+        "vlm_gib": rel["vlm_cache_mb"] * MIB / GIB if model["vision"] is not None else 0.0,
+        "elem": elem, "cell": cell, "draft_tokens": _draft_tokens(env, draft),
+        "per_req": 0, "ratio": 0, "radix_off": False, "pad": 0, "joint": False,
+    }
+    if hybrid:
+        radix_off = _radix_off(env, rel, True)
+        fixed.update(per_req=mamba_state_bytes(model, tp, env.get("ssm_bytes", 4)), radix_off=radix_off,
+                     ratio=_slots_per_request(env, rel, radix_off, spec),
+                     pad=1 if rel["mamba_padding_slot"] else 0, joint=spec and rel["mamba_joint_solve"])
+    # the dynamic side's parts that depend only on the shapes and the envelope
+    h = model["hidden_size"]
+    inter = max(model["intermediate_size"], model["moe_intermediate_size"])
+    mlp = 3 * inter // tp
+    attn = (2 * model["num_attention_heads"] + 3 * model["num_kv_heads"]) * model["head_dim"] // tp
+    linear = 0
+    if hybrid:
+        inner = model["linear_num_value_heads"] * model["linear_value_head_dim"]
+        linear = (2 * inner + 2 * model["linear_num_key_heads"] * model["linear_key_head_dim"]) // tp
+    fixed["per_token"] = (3 * h + max(mlp, attn, linear)) * model["dtype_bytes"] * assume["activation_factor"]
+    fixed["steps"] = fixed["draft_tokens"] if spec else 1
+    # an EAGLE-family draft's own KV pool (same token count) is outside the pool unless
+    # it was folded into the cell (0.5.14+, and only with a draft model path)
+    fixed["draft_cell"] = 0
+    if algo in EAGLE_FAMILY and layers and not (draft is not None and rel["eagle_draft_cell_fold"]):
+        fixed["draft_cell"] = base_cell * model["draft_kv_layers"] // layers
+    return fixed
+
+
+def _mamba(fixed: dict, rest: float, mrr: int) -> tuple:
+    """The linear-attention state pool: (slots, speculative states GiB, slots GiB, what is left GiB)."""
+    env, per_req, ratio, pad = fixed["env"], fixed["per_req"], fixed["ratio"], fixed["pad"]
+    draft_tokens, joint = fixed["draft_tokens"], fixed["joint"]
     inter_reqs = 0
-    joint = spec and rel["mamba_joint_solve"]
-    if spec and not joint:
-        # up to 0.5.13: the speculative states are reserved first, for every request
+    if fixed["spec"] and not joint:
+        # up to 0.5.12: the speculative states are reserved first, for every request
         inter_reqs = mrr
         rest -= per_req * mrr * draft_tokens / GIB
     if env["max_mamba_cache_size"] is not None:
         slots = env["max_mamba_cache_size"]
-    elif radix_off:
+    elif fixed["radix_off"]:
         slots = mrr
     else:
         r = env["mamba_full_memory_ratio"]
@@ -424,56 +473,46 @@ def _mamba(model: dict, env: dict, rel: dict, tp: int, rest: float, mrr: int, dr
         rest -= per_req * inter_reqs * draft_tokens / GIB
     slots = max(slots, 0)
     rest -= (slots + pad) * per_req / GIB
-    return {"per_req": per_req, "slots": slots, "ratio": ratio, "radix_off": radix_off,
-            "spec_gib": per_req * inter_reqs * draft_tokens / GIB, "slots_gib": (slots + pad) * per_req / GIB, "rest": rest}
+    return slots, per_req * inter_reqs * draft_tokens / GIB, (slots + pad) * per_req / GIB, rest
 
 
-def _static(model: dict, draft: dict | None, env: dict, tp: int, rel: dict, pre: float, mfs: float, mrr: int,
-            draft_tokens: int) -> dict:
-    """SGLang's profile for one mem_fraction_static. Sizes in GiB."""
-    algo = env["speculative_algorithm"]
-    target_w = model["target_weight_bytes"] / tp / GIB
-    draft_w = model["draft_weight_bytes"] / tp / GIB
-    post = pre - target_w - (draft_w if rel["draft_in_pool"] else 0.0)
-    rest = post - pre * (1 - mfs)
-    if model["vision"] is not None:
-        rest -= rel["vlm_cache_mb"] * MIB / GIB
-    out = {"pre_gib": pre, "post_gib": post, "budget_gib": pre * mfs, "target_weights_gib": target_w,
-           "draft_weights_in_pool_gib": draft_w if rel["draft_in_pool"] else 0.0,
-           "mamba_state_per_request_mib": 0.0, "spec_state_gib": 0.0, "mamba_slots": 0, "mamba_gib": 0.0,
-           "mamba_slots_per_request": 0, "rest_before_kv_gib": rest}
-    if model["linear_layers"]:
-        mamba = _mamba(model, env, rel, tp, rest, mrr, draft_tokens)
-        out.update(mamba_state_per_request_mib=mamba["per_req"] / MIB, spec_state_gib=mamba["spec_gib"],
-                   mamba_slots=mamba["slots"], mamba_gib=mamba["slots_gib"], mamba_slots_per_request=mamba["ratio"])
-        rest = mamba["rest"]
-    elem = _dtype_bytes(env["kv_cache_dtype"]) if env["kv_cache_dtype"] not in (None, "auto") else model["dtype_bytes"]
-    cell = kv_cell_bytes(model, tp, elem)
-    layers = model["kv_layers"]
-    if algo in DFLASH_FAMILY and draft is not None and layers:
-        if rel["dflash_cell_sum"]:
-            cell += kv_cell_bytes(draft, tp, elem)
-        else:  # scale_kv_cell_size_per_token_for_dflash: ceil(cell * (T + D) / T)
-            cell = (cell * (layers + draft["num_layers"]) + layers - 1) // layers
-    elif algo in EAGLE_FAMILY and draft is not None and rel["eagle_draft_cell_fold"] and layers:
-        # with a draft model path, the EAGLE draft's KV is folded into the cell
-        cell = int(cell * (1 + draft["num_layers"] / layers))
-    out["kv_cell_bytes"] = cell
-    out["kv_elem_bytes"] = elem
-    out["rest_gib"] = rest
-    tokens = int(rest * GIB) // cell if rest > 0 else 0
-    tokens = tokens // env["page_size"] * env["page_size"]
+def _core(fixed: dict, mfs: float, mrr: int) -> tuple:
+    """SGLang's profile for one mem_fraction_static, as numbers: (rest before the
+    linear-attention states, speculative states, state slots, slots GiB, rest for the
+    KV cache, KV tokens). Sizes in GiB."""
+    env = fixed["env"]
+    rest = fixed["post"] - fixed["pre"] * (1 - mfs) - fixed["vlm_gib"]
+    before = rest
+    slots, spec_gib, slots_gib = 0, 0.0, 0.0
+    if fixed["hybrid"]:
+        slots, spec_gib, slots_gib, rest = _mamba(fixed, rest, mrr)
+    tokens = int(rest * GIB) // fixed["cell"] if rest > 0 else 0
+    page = env["page_size"]
+    if page != 1:
+        tokens = tokens // page * page
     if env["max_total_tokens"]:
         tokens = min(tokens, env["max_total_tokens"])
-    out["max_total_tokens"] = tokens
-    out["kv_gib"] = tokens * cell / GIB
-    return out
+    return before, spec_gib, slots, slots_gib, rest, tokens
 
 
-def _running_requests(env: dict, rel: dict, tokens: int, context: int, static: dict, hybrid: bool) -> int:
+def _static(fixed: dict, mfs: float, mrr: int) -> dict:
+    """SGLang's profile for one mem_fraction_static. Sizes in GiB."""
+    pre, cell = fixed["pre"], fixed["cell"]
+    before, spec_gib, slots, slots_gib, rest, tokens = _core(fixed, mfs, mrr)
+    hybrid = fixed["hybrid"]
+    return {"pre_gib": pre, "post_gib": fixed["post"], "budget_gib": pre * mfs, "target_weights_gib": fixed["target_w"],
+            "draft_weights_in_pool_gib": fixed["draft_w_in_pool"],
+            "mamba_state_per_request_mib": fixed["per_req"] / MIB if hybrid else 0.0, "spec_state_gib": spec_gib,
+            "mamba_slots": slots, "mamba_gib": slots_gib, "mamba_slots_per_request": fixed["ratio"] if hybrid else 0,
+            "rest_before_kv_gib": before, "kv_cell_bytes": cell, "kv_elem_bytes": fixed["elem"], "rest_gib": rest,
+            "max_total_tokens": tokens, "kv_gib": tokens * cell / GIB}
+
+
+def _requests(fixed: dict, tokens: int, context: int, slots: int) -> int:
     """max_running_requests as the scheduler ends up with it."""
+    env, rel = fixed["env"], fixed["rel"]
     estimated = max(min(int(tokens / context * 512), 4096), 2048)
-    given = env["max_running_requests"] or (48 if env["speculative_algorithm"] else None)
+    given = env["max_running_requests"] or (48 if fixed["spec"] else None)
     if given is None:
         mrr = min(estimated, tokens // 2)
     elif rel["mrr_set_cap"] == "half_tokens":
@@ -482,45 +521,38 @@ def _running_requests(env: dict, rel: dict, tokens: int, context: int, static: d
         mrr = min(given, estimated)
     else:
         mrr = given
-    if hybrid and static["mamba_slots_per_request"]:
-        mrr = min(mrr, static["mamba_slots"] // static["mamba_slots_per_request"])
+    if fixed["ratio"]:
+        mrr = min(mrr, slots // fixed["ratio"])
     return max(mrr, 0)
 
 
-def _dynamic(model: dict, draft: dict | None, env: dict, tp: int, rel: dict, static: dict, mrr: int,
-             draft_tokens: int, chunked: int, graph_bs: int, assume: dict) -> dict:
+def _dynamic_items(fixed: dict, mrr: int, graph_bs: int, tokens: int, chunked: int, assume: dict) -> dict:
     """Estimates of what must fit outside the pool, in SGLang's start order. GiB."""
+    model, env = fixed["model"], fixed["env"]
     algo = env["speculative_algorithm"]
-    h = model["hidden_size"]
-    inter = max(model["intermediate_size"], model["moe_intermediate_size"])
-    mlp = 3 * inter // tp
-    attn = (2 * model["num_attention_heads"] + 3 * model["num_kv_heads"]) * model["head_dim"] // tp
-    linear = 0
-    if model["linear_layers"]:
-        inner = model["linear_num_value_heads"] * model["linear_value_head_dim"]
-        linear = (2 * inner + 2 * model["linear_num_key_heads"] * model["linear_key_head_dim"]) // tp
-    per_token = (3 * h + max(mlp, attn, linear)) * model["dtype_bytes"] * assume["activation_factor"]
-    rows = max(mrr * draft_tokens, 1)
+    rows = max(mrr * fixed["draft_tokens"], 1)
     logits = rows * model["vocab_size"] * 4 * 2  # float32 logits and the sampler's probabilities
-    items = [
-        ("workspace", assume["workspace_mib"] * MIB / GIB),
-        ("activations", (chunked * per_token + logits) / GIB),
-    ]
-    steps = draft_tokens if algo else 1
+    items = {
+        "workspace": assume["workspace_mib"] * MIB / GIB,
+        "activations": (chunked * fixed["per_token"] + logits) / GIB,
+    }
     if env["cuda_graph"]:
         runners = 2 if algo else 1
-        items.append(("cuda_graphs", (runners * assume["graph_base_mib"] + graph_bs * steps * assume["graph_per_token_mib"]) * MIB / GIB))
-    if algo and not rel["draft_in_pool"]:
-        items.append(("draft_weights", model["draft_weight_bytes"] / tp / GIB))
-    # an EAGLE-family draft's own KV pool (same token count) is outside the pool unless
-    # it was folded into the cell (0.5.14+, and only with a draft model path)
-    if algo in EAGLE_FAMILY and model["kv_layers"] and not (draft is not None and rel["eagle_draft_cell_fold"]):
-        draft_cell = kv_cell_bytes(model, tp, static["kv_elem_bytes"]) * model["draft_kv_layers"] // model["kv_layers"]
-        items.append(("draft_kv_pool", static["max_total_tokens"] * draft_cell / GIB))
-    need = sum(v for _name, v in items)
+        items["cuda_graphs"] = (runners * assume["graph_base_mib"]
+                                + graph_bs * fixed["steps"] * assume["graph_per_token_mib"]) * MIB / GIB
+    if algo and not fixed["rel"]["draft_in_pool"]:
+        items["draft_weights"] = fixed["draft_w"]
+    if fixed["draft_cell"]:
+        items["draft_kv_pool"] = tokens * fixed["draft_cell"] / GIB
+    return items
+
+
+def _dynamic(fixed: dict, static: dict, mrr: int, chunked: int, graph_bs: int, assume: dict) -> dict:
+    """The dynamic side: its items, their sum and the headroom the pool leaves. GiB."""
+    items = _dynamic_items(fixed, mrr, graph_bs, static["max_total_tokens"], chunked, assume)
     used = static["target_weights_gib"] + static["draft_weights_in_pool_gib"] + static["spec_state_gib"] \
         + static["mamba_gib"] + static["kv_gib"]
-    return {"items": dict(items), "need_gib": need, "headroom_gib": static["pre_gib"] - used}
+    return {"items": items, "need_gib": sum(items.values()), "headroom_gib": static["pre_gib"] - used}
 
 
 def _prepare(target: dict, draft: dict | None, env: dict) -> dict:
@@ -547,45 +579,94 @@ def _prepare(target: dict, draft: dict | None, env: dict) -> dict:
     return model
 
 
-def _evaluate(model, draft, env, tp, rel, pre, mfs, context, chunked, graph_bs_default, assume) -> dict:
-    algo = env["speculative_algorithm"]
-    draft_tokens = _draft_tokens(env, draft)
-    # the value SGLang reserves speculative states for (48 when unset and speculative)
-    mrr_reserved = env["max_running_requests"] or (48 if algo else 0)
-    static = _static(model, draft, env, tp, rel, pre, mfs, mrr_reserved, draft_tokens)
-    hybrid = bool(model["linear_layers"])
-    mrr = _running_requests(env, rel, static["max_total_tokens"], context, static, hybrid)
-    graph_bs = min(env["cuda_graph_max_bs"] or graph_bs_default, max(mrr, 1))
-    dynamic = _dynamic(model, draft, env, tp, rel, static, mrr, draft_tokens, chunked, graph_bs, assume)
-    return {"static": static, "dynamic": dynamic, "max_running_requests": mrr, "cuda_graph_max_bs": graph_bs,
-            "draft_tokens": draft_tokens,
-            "static_ok": static["max_total_tokens"] > 0 and mrr > 0 and (not hybrid or static["mamba_slots"] > 0),
-            "dynamic_ok": dynamic["headroom_gib"] >= dynamic["need_gib"]}
+class _Evaluator:
+    """One envelope on one host: its mfs-independent part computed once (``_fixed``),
+    then per mem_fraction_static the whole evaluation or just one of the two verdicts
+    the mfs search bisects on."""
+
+    def __init__(self, fixed: dict, context: int, chunked: int, graph_bs_default: int, assume: dict) -> None:
+        self.fixed, self.context, self.chunked, self.assume = fixed, context, chunked, assume
+        env = fixed["env"]
+        self.graph_bs_default = env["cuda_graph_max_bs"] or graph_bs_default
+        # the value SGLang reserves speculative states for (48 when unset and speculative)
+        self.mrr_reserved = env["max_running_requests"] or (48 if fixed["spec"] else 0)
+        self.used_fixed = fixed["target_w"] + fixed["draft_w_in_pool"]
+
+    def __call__(self, mfs: float) -> dict:
+        fixed = self.fixed
+        static = _static(fixed, mfs, self.mrr_reserved)
+        mrr = _requests(fixed, static["max_total_tokens"], self.context, static["mamba_slots"])
+        graph_bs = min(self.graph_bs_default, max(mrr, 1))
+        dynamic = _dynamic(fixed, static, mrr, self.chunked, graph_bs, self.assume)
+        hybrid = fixed["hybrid"]
+        return {"static": static, "dynamic": dynamic, "max_running_requests": mrr, "cuda_graph_max_bs": graph_bs,
+                "draft_tokens": fixed["draft_tokens"],
+                "static_ok": static["max_total_tokens"] > 0 and mrr > 0 and (not hybrid or static["mamba_slots"] > 0),
+                "dynamic_ok": dynamic["headroom_gib"] >= dynamic["need_gib"]}
+
+    def static_check(self, mfs: float) -> tuple[bool, float]:
+        """(the static pool fits, its margin in GiB: about linear in mfs, 0 near the edge):
+        the KV room less two cells and, for a hybrid model, the state slots less one request's."""
+        fixed = self.fixed
+        _before, _spec, slots, _slots_gib, rest, tokens = _core(fixed, mfs, self.mrr_reserved)
+        mrr = _requests(fixed, tokens, self.context, slots)
+        margin = rest - 2 * fixed["cell"] / GIB
+        if fixed["hybrid"] and not fixed["radix_off"] and fixed["env"]["max_mamba_cache_size"] is None:
+            # slots from the ratio branch grow with mfs
+            margin = min(margin, (slots - max(fixed["ratio"], 1)) * fixed["per_req"] / GIB)
+        return tokens > 0 and mrr > 0 and (not fixed["hybrid"] or slots > 0), margin
+
+    def static_floor(self) -> float:
+        """An mfs below which the static pool cannot fit: where the pool holds only the weights
+        (rest = post - pre * (1 - mfs) <= 0), rounded down to 0.001."""
+        fixed = self.fixed
+        return math.floor(1000 * (1 - (fixed["post"] - fixed["vlm_gib"]) / fixed["pre"])) / 1000
+
+    def dynamic_check(self, mfs: float) -> tuple[bool, float]:
+        """(what lives outside the pool fits, headroom less need in GiB: about linear in mfs)."""
+        fixed = self.fixed
+        _before, spec_gib, slots, slots_gib, _rest, tokens = _core(fixed, mfs, self.mrr_reserved)
+        mrr = _requests(fixed, tokens, self.context, slots)
+        items = _dynamic_items(fixed, mrr, min(self.graph_bs_default, max(mrr, 1)), tokens, self.chunked, self.assume)
+        spare = fixed["pre"] - (self.used_fixed + spec_gib + slots_gib + tokens * fixed["cell"] / GIB) \
+            - sum(items.values())
+        return spare >= 0, spare
 
 
-def _bisect(ok, low: float, high: float, want_low: bool) -> float | None:
-    """The smallest (want_low) or largest mfs in [low, high] where ok(mfs), to 0.001,
-    for an ok that is monotone (rising for want_low, falling otherwise)."""
+def _edge(check, low: float, high: float, want_low: bool) -> float | None:
+    """The smallest (want_low) or largest mfs in [low, high] where check(mfs)[0], to 0.001,
+    for a verdict that is monotone (rising for want_low, falling otherwise). check also
+    returns a margin about linear in mfs that crosses 0 near the edge: the search guesses
+    the edge from it (regula falsi) and bisects whenever a guess does not halve the bracket."""
     lo, hi = int(round(low * 1000)), int(round(high * 1000))
+    ok_lo, m_lo = check(lo / 1000)
+    ok_hi, m_hi = check(hi / 1000)
     if want_low:
-        if not ok(hi / 1000):
+        if not ok_hi:
             return None
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if ok(mid / 1000):
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo / 1000
-    if not ok(lo / 1000):
-        return None
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if ok(mid / 1000):
-            lo = mid
+        if ok_lo:
+            return lo / 1000
+    else:
+        if not ok_lo:
+            return None
+        if ok_hi:
+            return hi / 1000
+    # the verdict flips between lo and hi; the side that passes is hi for want_low, lo otherwise
+    bisect_next = False
+    while hi - lo > 1:
+        width = hi - lo
+        guess = None
+        if not bisect_next and m_hi != m_lo:
+            guess = max(lo + 1, min(hi - 1, lo + int(round(-m_lo * width / (m_hi - m_lo)))))
+        if guess is None:
+            guess = (lo + hi) // 2
+        ok, margin = check(guess / 1000)
+        if ok == want_low:
+            hi, m_hi = guess, margin
         else:
-            hi = mid - 1
-    return lo / 1000
+            lo, m_lo = guess, margin
+        bisect_next = hi - lo > width // 2
+    return (hi if want_low else lo) / 1000
 
 
 def plan(target: dict, draft: dict | None, gpu_memory_mib: list, tp_size: int, version, params: dict,
@@ -630,9 +711,11 @@ def plan(target: dict, draft: dict | None, gpu_memory_mib: list, tp_size: int, v
     if not 0 < mfs < 1:
         raise PlanError(f"mem_fraction_static must be in (0, 1), got {mfs}")
 
-    def run(m: float, e: dict = env) -> dict:
-        return _evaluate(model, draft, e, tp_size, rel, pre, m, context, chunked, graph_bs_default, assume)
+    def evaluator(e: dict) -> _Evaluator:
+        return _Evaluator(_fixed(model, draft, e, tp_size, rel, pre, assume), context, chunked, graph_bs_default,
+                          assume)
 
+    run = evaluator(env)
     found = run(mfs)
     static, dynamic = found["static"], found["dynamic"]
     tokens = static["max_total_tokens"]
@@ -702,9 +785,9 @@ def plan(target: dict, draft: dict | None, gpu_memory_mib: list, tp_size: int, v
     if search:
         result["mem_fraction_static_range"] = _mfs_range(run)
         if not result["fits"]:
-            result["suggestions"] = _suggestions(run, env, result)
+            result["suggestions"] = _suggestions(evaluator, env, result)
             for tp in sorted(t for t in tp_candidates or [] if t > tp_size):
-                wider = plan(target, draft, [gpu_mib] * tp, tp, version_t, params, assumptions)
+                wider = plan(target, draft, [gpu_mib] * tp, tp, version_t, params, assumptions, search=False)
                 if wider["fits"]:
                     result["suggestions"].insert(0, f"tp_size {tp} ({tp} GPUs): fits at mem_fraction_static {mfs} "
                                                  f"with {wider['max_total_tokens']} KV tokens")
@@ -713,14 +796,17 @@ def plan(target: dict, draft: dict | None, gpu_memory_mib: list, tp_size: int, v
 
 
 def _mfs_range(run) -> list | None:
-    low = _bisect(lambda m: run(m)["static_ok"], 0.05, 0.99, want_low=True)
-    high = _bisect(lambda m: run(m)["dynamic_ok"], 0.05, 0.99, want_low=False)
-    if low is None or high is None or low > high:
+    low = _edge(run.static_check, min(max(0.05, run.static_floor()), 0.99), 0.99, want_low=True)
+    if low is None:
+        return None
+    # the largest mfs that fits outside the pool, searched from low (a high below low is no range)
+    high = _edge(run.dynamic_check, low, 0.99, want_low=False)
+    if high is None:
         return None
     return [low, high]
 
 
-def _suggestions(run, env: dict, result: dict) -> list[str]:
+def _suggestions(evaluator, env: dict, result: dict) -> list[str]:
     """Envelope changes that make the variant fit, with the mfs range each opens."""
     out = []
     if result.get("mem_fraction_static_range"):
@@ -731,13 +817,13 @@ def _suggestions(run, env: dict, result: dict) -> list[str]:
         if cand >= mrr:
             continue
         trial = dict(env, max_running_requests=cand)
-        span = _mfs_range(lambda m, t=trial: run(m, t))
+        span = _mfs_range(evaluator(trial))
         if span:
             out.append(f"max_running_requests {cand} (from {mrr}) with mem_fraction_static within [{span[0]}, {span[1]}]")
             break
     if env["cuda_graph"]:
         trial = dict(env, cuda_graph=False)
-        span = _mfs_range(lambda m: run(m, trial))
+        span = _mfs_range(evaluator(trial))
         if span:
             out.append(f"cuda_graph: false with mem_fraction_static within [{span[0]}, {span[1]}]")
     if not out:
