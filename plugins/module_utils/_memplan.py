@@ -637,7 +637,8 @@ def _edge(check, low: float, high: float, want_low: bool) -> float | None:
     """The smallest (want_low) or largest mfs in [low, high] where check(mfs)[0], to 0.001,
     for a verdict that is monotone (rising for want_low, falling otherwise). check also
     returns a margin about linear in mfs that crosses 0 near the edge: the search guesses
-    the edge from it (regula falsi) and bisects whenever a guess does not halve the bracket."""
+    the edge from it (regula falsi, Illinois variant: the end kept twice has its margin
+    halved), and bisects after 12 guesses."""
     lo, hi = int(round(low * 1000)), int(round(high * 1000))
     ok_lo, m_lo = check(lo / 1000)
     ok_hi, m_hi = check(hi / 1000)
@@ -652,20 +653,24 @@ def _edge(check, low: float, high: float, want_low: bool) -> float | None:
         if ok_hi:
             return hi / 1000
     # the verdict flips between lo and hi; the side that passes is hi for want_low, lo otherwise
-    bisect_next = False
+    moved, steps = 0, 0
     while hi - lo > 1:
-        width = hi - lo
-        guess = None
-        if not bisect_next and m_hi != m_lo:
-            guess = max(lo + 1, min(hi - 1, lo + int(round(-m_lo * width / (m_hi - m_lo)))))
-        if guess is None:
+        steps += 1
+        if steps > 12 or m_hi == m_lo:
             guess = (lo + hi) // 2
+        else:
+            guess = max(lo + 1, min(hi - 1, lo + int(-m_lo * (hi - lo) / (m_hi - m_lo) + 0.5)))
         ok, margin = check(guess / 1000)
         if ok == want_low:
             hi, m_hi = guess, margin
+            if moved > 0:
+                m_lo /= 2
+            moved = 1
         else:
             lo, m_lo = guess, margin
-        bisect_next = hi - lo > width // 2
+            if moved < 0:
+                m_hi /= 2
+            moved = -1
     return (hi if want_low else lo) / 1000
 
 
