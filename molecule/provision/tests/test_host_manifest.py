@@ -38,4 +38,3 @@ def test_a_second_run_changes_nothing():
     assert "changed=0" in run.stdout, run.stdout[-4000:]
     after = HOST.file(PATH)
     assert (after.sha256sum, after.mtime) == (checksum, mtime)
-

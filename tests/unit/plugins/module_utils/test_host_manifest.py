@@ -38,8 +38,8 @@ def ct129_facts(tmp_path, monkeypatch, fake_nvidia_smi, capsys):
     monkeypatch.setenv("SGLANG_SIM_HARDWARE", str(hardware))
     monkeypatch.setenv("SGLANG_SIM_STATE", str(tmp_path / "gpu"))
     fake_nvidia_smi()
-    rc, result, _ = run_module(gpu_facts.main, capsys, {"model_path": str(MODELS / "Qwen3.6-27B"), "tp_size": 2,
-                                                       "gpus": [0, 2], "container_checks": "never"})
+    args = {"model_path": str(MODELS / "Qwen3.6-27B"), "tp_size": 2, "gpus": [0, 2], "container_checks": "never"}
+    rc, result, _ = run_module(gpu_facts.main, capsys, args)
     assert rc == 0, result
     return result["ansible_facts"]["inferops_gpus"]
 
@@ -177,8 +177,9 @@ def test_settings_from_the_manifest(ct129_facts):
 
 def test_overrides_win(ct129_facts):
     m = manifest(ct129_facts)
+    extra = {"LD_LIBRARY_PATH": "/opt/lib", "EXTRA": "1"}
     settings, sources, problems, _w = hm.settings(m, tp_size="1", gpu_devices=[2], python="/srv/venv/bin/python",
-                                              environment={"LD_LIBRARY_PATH": "/opt/lib", "EXTRA": "1"})
+                                                  environment=extra)
     assert problems == []
     assert settings["tp_size"] == 1 and settings["gpu_devices"] == [2] and settings["python"] == "/srv/venv/bin/python"
     assert settings["environment"]["LD_LIBRARY_PATH"] == "/opt/lib" and settings["environment"]["EXTRA"] == "1"
