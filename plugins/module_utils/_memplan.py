@@ -419,6 +419,7 @@ def _fixed(model: dict, draft: dict | None, env: dict, tp: int, rel: dict, pre: 
         "vlm_gib": rel["vlm_cache_mb"] * MIB / GIB if model["vision"] is not None else 0.0,
         "elem": elem, "cell": cell, "draft_tokens": _draft_tokens(env, draft),
         "per_req": 0, "ratio": 0, "radix_off": False, "pad": 0, "joint": False,
+        "mrr_given": env["max_running_requests"] or (48 if spec else None),
     }
     if hybrid:
         radix_off = _radix_off(env, rel, True)
@@ -509,21 +510,26 @@ def _static(fixed: dict, mfs: float, mrr: int) -> dict:
 
 
 def _requests(fixed: dict, tokens: int, context: int, slots: int) -> int:
-    """max_running_requests as the scheduler ends up with it."""
-    env, rel = fixed["env"], fixed["rel"]
-    estimated = max(min(int(tokens / context * 512), 4096), 2048)
-    given = env["max_running_requests"] or (48 if fixed["spec"] else None)
+    """max_running_requests as the scheduler ends up with it: the value given (48 for
+    speculative decoding when unset) capped by the release's rule (mrr_set_cap), or
+    the estimate from the KV tokens (between 2048 and 4096) and tokens // 2 when unset;
+    then the linear-attention slots // slots per request."""
+    given, cap = fixed["mrr_given"], fixed["rel"]["mrr_set_cap"]
+    if given is None or cap == "estimate":
+        estimated = int(tokens / context * 512)
+        estimated = 4096 if estimated > 4096 else (2048 if estimated < 2048 else estimated)
     if given is None:
         mrr = min(estimated, tokens // 2)
-    elif rel["mrr_set_cap"] == "half_tokens":
+    elif cap == "half_tokens":
         mrr = min(given, tokens // 2)
-    elif rel["mrr_set_cap"] == "estimate":
+    elif cap == "estimate":
         mrr = min(given, estimated)
     else:
         mrr = given
-    if fixed["ratio"]:
-        mrr = min(mrr, slots // fixed["ratio"])
-    return max(mrr, 0)
+    ratio = fixed["ratio"]
+    if ratio and slots // ratio < mrr:
+        mrr = slots // ratio
+    return mrr if mrr > 0 else 0
 
 
 def _dynamic_items(fixed: dict, mrr: int, graph_bs: int, tokens: int, chunked: int, assume: dict) -> dict:
