@@ -297,6 +297,8 @@ def settings(manifest: dict | None, tp_size=None, gpu_devices=None, python=None,
     pool = [i for i in (gpus.get("selected") or usable) if i in usable] or usable
 
     if not _unset(gpu_devices):
+        if isinstance(gpu_devices, str):  # -e sglang_service_gpu_devices=0,2
+            gpu_devices = [part for part in gpu_devices.replace(" ", "").split(",") if part]
         try:
             devices = [int(d) for d in gpu_devices]
         except (TypeError, ValueError):

@@ -197,6 +197,11 @@ def test_tp_alone_takes_the_first_usable_gpus(ct129_facts):
 def test_devices_alone_set_the_tp_size(ct129_facts):
     settings, sources, problems, _w = hm.settings(manifest(ct129_facts), gpu_devices=[0])
     assert (settings["tp_size"], sources["tp_size"], problems) == (1, "gpu_devices", [])
+    # as -e gives them on the command line
+    settings, _, problems, _w = hm.settings(manifest(ct129_facts), gpu_devices="2, 3")
+    assert (settings["gpu_devices"], settings["tp_size"], problems) == ([2, 3], 2, [])
+    _, _, problems, _w = hm.settings(manifest(ct129_facts), gpu_devices="two")
+    assert problems == ["sglang_service_gpu_devices must be a list of GPU indexes, got ['two']"]
 
 
 def test_an_override_on_a_lost_gpu_wins_with_a_warning(ct129_facts):
