@@ -15,7 +15,7 @@ Two sides, as in the field story:
 
       pre   = free memory before the weights load (GPU total - CUDA context)
       post  = pre - target weights/tp  (- draft weights/tp from 0.5.14)
-      rest  = post - pre * (1 - mem_fraction_static)  (- 100 MiB VLM cache, 0.5.23)
+      rest  = post - pre * (1 - mem_fraction_static)  (- 100 MiB VLM cache, 0.5.18+)
       hybrid linear-attention (Gated DeltaNet) models, state_per_req = conv + SSM state:
         slots = max_mamba_cache_size | max_running_requests (radix cache off)
                 | rest * r / (1 + r) // state_per_req             (r = mamba_full_memory_ratio)
@@ -26,7 +26,7 @@ Two sides, as in the field story:
       cell  = MHA: max(1, kv_heads // tp) * (head_dim + v_head_dim) * kv_layers * elem
               MLA: (kv_lora_rank + qk_rope_head_dim) * kv_layers * elem
               DFLASH (0.5.11+): ceil(cell * (kv_layers + draft_layers) / kv_layers)
-                     (0.5.23: cell + the draft's own cell)
+                     (0.5.18+: cell + the draft's own cell)
               EAGLE with a draft path (0.5.14+): cell * (1 + draft_layers / kv_layers)
       max_total_tokens = rest // cell, rounded down to page_size
       max_total_tokens <= 0: "Not enough memory. Please try to increase --mem-fraction-static."
@@ -231,8 +231,9 @@ def piecewise_graphs(rel: dict, algorithm: str | None, architecture: str, vision
     default mem_fraction_static reserves for: off by default in 0.5.9 (:604); 0.5.10
     turns them off for speculative decoding (0.5.10.post1 server_args.py:1088-1090);
     every release off for multimodal models and the piecewise_disabled_archs (0.5.11
-    server_args.py:1200-1203, :1228-1230, configs/model_config.py); from 0.5.14 off with
-    CUDA graphs off (prefill backend disabled, 0.5.14 server_args.py:3300)."""
+    server_args.py:1200-1203, :1228-1230, configs/model_config.py; the reserve skipped at
+    :1457-1464); from 0.5.14 off with CUDA graphs off (prefill backend disabled, 0.5.14
+    server_args.py:3300)."""
     default = rel["piecewise_default"]
     if default == "off" or (default == "on_no_spec" and algorithm):
         return False
@@ -700,7 +701,8 @@ def plan(target: dict, draft: dict | None, gpu_memory_mib: list, tp_size: int, v
     if needs_draft and draft is None:
         raise PlanError(f"speculative_algorithm {algo} needs the draft model's config and weights")
     if algo in DFLASH_FAMILY and not rel["dflash"]:
-        raise PlanError(f"SGLang {'.'.join(map(str, version_t))} has no DFLASH (it arrived in 0.5.11)")
+        raise PlanError(f"SGLang {'.'.join(map(str, version_t))} has no DFLASH (it arrived in "
+                        f"{'.'.join(map(str, releases.first('dflash')))})")
     model = _prepare(target, draft if needs_draft else None, env)
     draft = draft if needs_draft else None
     gpu_mib = float(min(gpu_memory_mib))
