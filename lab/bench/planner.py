@@ -10,16 +10,20 @@ Measures, on this machine, in one run:
   once (ModelCache), as the sglang_memory_plan module does per host;
 - the whole module path once: reading config.json and the weight index from disk.
 Figures are medians of --repeat runs; the machine is shared, so compare the
-rows of one run with each other.
+rows of one run with each other. --baseline REV also times the fleet with the
+planner of git revision REV, alternating with this tree's, in the same run.
 
-Usage: python lab/bench/planner.py [--hosts 200] [--repeat 5]
+Usage: python lab/bench/planner.py [--hosts 200] [--repeat 5] [--baseline REV]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -45,10 +49,29 @@ def rate(func, seconds: float = 0.5) -> float:
             return count / elapsed
 
 
+def baseline_planner(rev: str):
+    """_memplan (and the release table it reads, where the revision has one) as of git revision rev."""
+    folder = Path(tempfile.mkdtemp(prefix="planner-baseline-"))
+    for name in ("_sglang_releases", "_memplan"):
+        shown = subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:plugins/module_utils/{name}.py"],
+                               capture_output=True, text=True, check=False)
+        if shown.returncode == 0:
+            (folder / f"{name}_baseline.py").write_text(
+                shown.stdout.replace("import _sglang_releases as releases", "import _sglang_releases_baseline as releases"))
+        elif name == "_memplan":
+            raise SystemExit(f"git show {rev}: {shown.stderr.strip()}")
+    sys.path.insert(0, str(folder))
+    spec = importlib.util.spec_from_file_location("_memplan_baseline", folder / "_memplan_baseline.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hosts", type=int, default=200, help="fleet size for the fleet row (default 200)")
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--baseline", help="git revision whose planner to time against this tree's, in the same run")
     args = parser.parse_args()
     table = yaml.safe_load((REPO / "roles/sglang_service/defaults/main.yml").read_text())
     variants = table["sglang_service_variants"]
@@ -61,11 +84,15 @@ def main() -> int:
         return _memplan.plan(target, draft if params.get("draft_model") else None, [mib, mib], 2, "0.5.11", params,
                              search=search, tp_candidates=[1, 2, 4])
 
-    def fleet() -> None:
+    def fleet(planner=_memplan) -> None:
+        models = planner.ModelCache()
+        fleet_target, fleet_draft = models.get(QWEN), models.get(DFLASH)
         for index in range(args.hosts):
             mib = HOSTS[index % 2][1]
             for name in variants:
-                one(name, True, mib)
+                params = resolved[name]
+                planner.plan(fleet_target, fleet_draft if params.get("draft_model") else None, [mib, mib], 2, "0.5.11",
+                             params, search=True, tp_candidates=[1, 2, 4])
 
     def from_disk() -> None:
         fresh = _memplan.ModelCache()
@@ -90,6 +117,16 @@ def main() -> int:
     plans = args.hosts * len(variants)
     print(f"\nfleet: {args.hosts} hosts x {len(variants)} variants = {plans} plans with search in {elapsed:.2f} s "
           f"({plans / elapsed:.0f} plans/s)")
+    if args.baseline:
+        old = baseline_planner(args.baseline)
+        rates: dict = {"baseline": [], "this tree": []}
+        for _run in range(args.repeat):
+            for label, planner in (("baseline", old), ("this tree", _memplan)):
+                start = time.perf_counter()
+                fleet(planner)
+                rates[label].append(plans / (time.perf_counter() - start))
+        print(f"fleet, median of {args.repeat} alternating runs: {args.baseline} "
+              f"{statistics.median(rates['baseline']):.0f} plans/s, this tree {statistics.median(rates['this tree']):.0f} plans/s")
     return 0
 
 
