@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright (c) inferops.sglang contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Build the lab's DDTree overlay: the committed sources in overlay/ plus the
@@ -13,8 +12,8 @@ by its inputs (this script, the C source, the overlay's files, gcc's version):
 the same inputs reuse the same directory, so the lab and the tests lay the very
 same bytes. overlay/SHA256SUMS (the committed sources) is checked first.
 
-    lab/ddtree/build.py                 build (or reuse), print the overlay directory
-    lab/ddtree/build.py --host-libs DIR libcudart.so.12 ...
+    python3 lab/ddtree/build.py         build (or reuse), print the overlay directory
+    python3 lab/ddtree/build.py --host-libs DIR libcudart.so.12 ...
                                         soname-only stand-ins of host libraries
                                         (test doubles: a lab host whose CUDA user
                                         space has the CUDA 12 runtime, ct200)
@@ -131,7 +130,7 @@ def build(cache: Path = CACHE, gcc: str = "gcc") -> Path:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--cache", type=Path, default=CACHE, help="where built overlays are kept (default %(default)s)")
     parser.add_argument("--gcc", default="gcc")
     parser.add_argument("--host-libs", type=Path, metavar="DIR", help="make soname-only stand-ins of host libraries")

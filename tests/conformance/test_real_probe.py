@@ -57,7 +57,7 @@ def run(capsys, real, release: str, **overrides) -> dict:
     args.update(overrides)
     from sim_helpers import run_module  # noqa: E402 - the unit tests' module runner
 
-    rc, result, _ = run_module(sglang_runtime_probe.main, capsys, args)
+    rc, result = run_module(sglang_runtime_probe.main, capsys, args)[:2]
     assert rc == 0, result
     return result
 

@@ -99,21 +99,21 @@ def crafted(klass: int, order: str, needed: list[str], soname: str | None = None
 # -- the reader ------------------------------------------------------------
 
 def test_a_gcc_built_object_with_needed_and_runpath_origin(tmp_path):
-    foo = gcc_so(tmp_path / "lib" / "libfoo.so.1", soname="libfoo.so.1")
-    bar = gcc_so(tmp_path / "libbar.so", soname="libbar.so", needs=(foo,), runpath="$ORIGIN/lib")
-    info = elf.read_dynamic(str(bar))
+    libfoo = gcc_so(tmp_path / "lib" / "libfoo.so.1", soname="libfoo.so.1")
+    needer = gcc_so(tmp_path / "libbar.so", soname="libbar.so", needs=(libfoo,), runpath="$ORIGIN/lib")
+    info = elf.read_dynamic(str(needer))
     assert info["class"] == 64 and info["machine"] == {"x86_64": 62, "aarch64": 183}.get(os.uname().machine, info["machine"])
     assert "libfoo.so.1" in info["needed"] and info["soname"] == "libbar.so"
     assert info["runpath"] == ["$ORIGIN/lib"] and info["rpath"] is None
-    assert {k: info[k] for k in ("needed", "soname", "rpath", "runpath")} == readelf_dynamic(bar)
+    assert {k: info[k] for k in ("needed", "soname", "rpath", "runpath")} == readelf_dynamic(needer)
 
 
 def test_a_gcc_built_object_with_rpath(tmp_path):
-    foo = gcc_so(tmp_path / "lib" / "libfoo.so.1", soname="libfoo.so.1")
-    bar = gcc_so(tmp_path / "libbar.so", needs=(foo,), rpath="/opt/one:$ORIGIN/lib")
-    info = elf.read_dynamic(str(bar))
+    libfoo = gcc_so(tmp_path / "lib" / "libfoo.so.1", soname="libfoo.so.1")
+    needer = gcc_so(tmp_path / "libbar.so", needs=(libfoo,), rpath="/opt/one:$ORIGIN/lib")
+    info = elf.read_dynamic(str(needer))
     assert info["rpath"] == ["/opt/one", "$ORIGIN/lib"] and info["runpath"] is None and info["soname"] is None
-    assert {k: info[k] for k in ("needed", "soname", "rpath", "runpath")} == readelf_dynamic(bar)
+    assert {k: info[k] for k in ("needed", "soname", "rpath", "runpath")} == readelf_dynamic(needer)
 
 
 @pytest.mark.parametrize("klass, order, machine", [(32, "<", 3), (32, ">", 8), (64, ">", 22), (64, "<", 62)])
@@ -196,13 +196,13 @@ def two_foos(tmp_path):
 
 def test_ld_library_path_is_searched_in_order(tmp_path, two_foos):
     first, second = two_foos
-    bar = gcc_so(tmp_path / "libbar.so", needs=(first,))
+    needer = gcc_so(tmp_path / "libbar.so", needs=(first,))
     for path in (f"{first.parent}:{second.parent}", f"{second.parent}:{first.parent}"):
-        found, how = resolve(elf.Resolver(path, None), bar, "libfoo.so.1")
+        found, how = resolve(elf.Resolver(path, None), needer, "libfoo.so.1")
         assert how == "LD_LIBRARY_PATH"
-        assert found == loader_picks(bar, path, "libfoo.so.1") == str(Path(path.split(":")[0]) / "libfoo.so.1")
-    assert resolve(elf.Resolver("", None), bar, "libfoo.so.1") == (None, None)
-    assert loader_picks(bar, "", "libfoo.so.1") is None
+        assert found == loader_picks(needer, path, "libfoo.so.1") == str(Path(path.split(":", maxsplit=1)[0]) / "libfoo.so.1")
+    assert resolve(elf.Resolver("", None), needer, "libfoo.so.1") == (None, None)
+    assert loader_picks(needer, "", "libfoo.so.1") is None
 
 
 def test_rpath_comes_before_ld_library_path_and_runpath_after(tmp_path, two_foos):
@@ -219,13 +219,13 @@ def test_rpath_comes_before_ld_library_path_and_runpath_after(tmp_path, two_foos
 
 
 def test_origin_is_the_directory_of_the_object_itself(tmp_path):
-    foo = gcc_so(tmp_path / "pkg" / "lib" / "libfoo.so.1", soname="libfoo.so.1")
-    bar = gcc_so(tmp_path / "pkg" / "libbar.so", needs=(foo,), runpath="$ORIGIN/lib")
+    libfoo = gcc_so(tmp_path / "pkg" / "lib" / "libfoo.so.1", soname="libfoo.so.1")
+    needer = gcc_so(tmp_path / "pkg" / "libbar.so", needs=(libfoo,), runpath="$ORIGIN/lib")
     link = tmp_path / "elsewhere" / "libbar.so"
     link.parent.mkdir()
-    link.symlink_to(bar)
-    assert resolve(elf.Resolver("", None), bar, "libfoo.so.1") == (str(foo), "RUNPATH")
-    assert loader_picks(bar, "", "libfoo.so.1") == str(foo)
+    link.symlink_to(needer)
+    assert resolve(elf.Resolver("", None), needer, "libfoo.so.1") == (str(libfoo), "RUNPATH")
+    assert loader_picks(needer, "", "libfoo.so.1") == str(libfoo)
     # $ORIGIN is the directory of the path the object was opened by: glibc does not follow the link.
     assert resolve(elf.Resolver("", None), link, "libfoo.so.1") == (None, None)
     assert loader_picks(link, "", "libfoo.so.1") is None
@@ -237,10 +237,10 @@ def test_a_library_of_another_class_is_skipped(tmp_path, two_foos):
     wrong = tmp_path / "wrong" / "libfoo.so.1"
     wrong.parent.mkdir()
     wrong.write_bytes(crafted(32, "<", [], soname="libfoo.so.1", machine=3))
-    bar = gcc_so(tmp_path / "libbar.so", needs=(first,))
+    needer = gcc_so(tmp_path / "libbar.so", needs=(first,))
     path = f"{wrong.parent}:{second.parent}"
-    assert resolve(elf.Resolver(path, None), bar, "libfoo.so.1") == (str(second), "LD_LIBRARY_PATH")
-    assert loader_picks(bar, path, "libfoo.so.1") == str(second)
+    assert resolve(elf.Resolver(path, None), needer, "libfoo.so.1") == (str(second), "LD_LIBRARY_PATH")
+    assert loader_picks(needer, path, "libfoo.so.1") == str(second)
 
 
 def test_the_rpath_of_the_loading_object_serves_its_dependencies(tmp_path):

@@ -58,7 +58,7 @@ def probe(capsys, venv: Path, tmp_path: Path, library_path: list[str] | None = N
     args = dict(python=str(venv / "bin" / "python"), cuda_version="13.0", cuda_home="/nonexistent/cuda-13.0",
                 checks=["libraries", "dependencies"], libraries=["libc.so.6"], library_path=library_path or [],
                 ddtree_manifest=str(tmp_path / "state" / "manifest.json"), fail_on_error=False)
-    rc, result, _ = run_module(sglang_runtime_probe.main, capsys, args)
+    rc, result = run_module(sglang_runtime_probe.main, capsys, args)[:2]
     assert rc == 0, result
     return result
 
@@ -161,7 +161,7 @@ def test_check_mode_commit_and_rollback_change_nothing(venv, tmp_path, capsys):
     during = tree(site)
     for state in ("commit", "rollback"):
         args = dict(venv=str(venv), state=state, manifest=str(tmp_path / "state" / "manifest.json"))
-        rc, result, _ = run_module(ddtree_build.main, capsys, args, check_mode=True)
+        rc, result = run_module(ddtree_build.main, capsys, args, check_mode=True)[:2]
         assert rc == 0 and result["changed"] is True
         assert tree(site) == during and manifest(tmp_path)["state"] == "pending"
     assert result["manifest"] is None  # rolled back, no build would be left
