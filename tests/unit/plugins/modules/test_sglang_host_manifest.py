@@ -8,6 +8,7 @@ import json
 import os
 
 import pytest
+from ansible.module_utils.common import warnings as ansible_warnings
 from sim_helpers import run_module
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _host_manifest as hm
@@ -33,6 +34,14 @@ VARIANTS = {"nextn": {"speculative_algorithm": "NEXTN"},
             "shadow": {"speculative_algorithm": "DDTREE", "draft_model": True, "ddtree_shadow_linear": True}}
 ALIASES = {"balanced": "shadow"}
 BUILD_FILE = "sglang/srt/speculative/ddtree_kernels.so"
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_warnings():
+    """module.warn() collects in a process-wide list that a real module run (its own
+    process) never carries over: leave none behind for the next module test."""
+    yield
+    ansible_warnings._global_warnings.clear()
 
 
 @pytest.fixture
