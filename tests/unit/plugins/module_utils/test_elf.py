@@ -154,7 +154,8 @@ def test_the_real_ld_so_cache_reads_as_ldconfig_prints_it():
     entries = elf.read_ld_cache("/etc/ld.so.cache")
     assert len(entries) > 10
     assert [(name, path) for name, path, _flags in entries] == expected
-    assert entries == elf.ldconfig_entries() or [e[:2] for e in entries] == [e[:2] for e in elf.ldconfig_entries()]
+    # The fallback reads the same entries from ldconfig's output (without the flags).
+    assert [e[:2] for e in entries] == [e[:2] for e in elf.ldconfig_entries()]
 
 
 def test_a_cache_file_of_another_format_falls_back_to_ldconfig(tmp_path):

@@ -1,7 +1,10 @@
 """The runtime probe's logic: pins against the toolkit, PEP 440 exact pins with
-local labels, the default libraries per SGLang release, the unit's library path,
-and the verdict on a probe report (the report itself comes from a real venv in
-tests/unit/plugins/modules/test_sglang_runtime_probe.py)."""
+local labels, the default libraries per SGLang release, the unit's library path
+and environment (exactly what the probe runs with), the DDTree build's shared
+objects from its manifest, and the verdict on a probe report, unresolved ELF
+dependencies included (the report itself comes from a real venv in
+tests/unit/plugins/modules/test_sglang_runtime_probe.py; the ELF reader and the
+resolver are tested in test_elf.py)."""
 
 from __future__ import annotations
 
