@@ -105,13 +105,26 @@ def _probe_errors(probe: dict) -> list[str]:
     return errors
 
 
-def attribute(errors: list[str], build_files: list[str]) -> tuple[list[str], list[str]]:
+def attribute(errors: list[str], build_files: list[str], unresolved: list[dict] | None = None) -> tuple[list[str], list[str]]:
     """(errors of SGLang itself, errors of the DDTree build alone). An error is the build's when it
     names one of its files (or says it is the DDTree build's); every other error breaks SGLang
-    itself, and so the build too."""
+    itself, and so the build too. A library that does not resolve (the probe's
+    ``dependencies.unresolved``, one error per name: "<name> needed by ...") is the build's only
+    when every file that needs it is the build's."""
     markers = [f for f in build_files if f] + ["DDTree build"]
     markers += [os.path.basename(f) for f in build_files if f and "." in os.path.basename(f)]
-    own = [e for e in errors if any(m in e for m in markers)]
+    by_name: dict[str, set] = {}
+    for entry in unresolved or []:
+        if isinstance(entry, dict) and entry.get("name"):
+            by_name.setdefault(entry["name"], set()).add(entry.get("build") == "ddtree" or entry.get("needed_by") in build_files)
+    own = []
+    for error in errors:
+        name = error.split(" needed by ", 1)[0] if " needed by " in error else None
+        if name in by_name:
+            if by_name[name] == {True}:
+                own.append(error)
+        elif any(m in error for m in markers):
+            own.append(error)
     return [e for e in errors if e not in own], own
 
 
@@ -130,13 +143,17 @@ def verdicts(probe: dict | None, sglang_version: str | None, ddtree: dict | None
     errors = _probe_errors(probe)
     checks = list(checks or probe.get("checks") or probe.get("invocation", {}).get("module_args", {}).get("checks")
                   or ["all"])
-    files = list((ddtree or {}).get("files") or [])
-    files += list((probe.get("dependencies") or {}).get("build_files") or [])
-    own_sglang, own_ddtree = attribute(errors, files if ddtree else [])
+    deps = probe.get("dependencies") or {}
+    files = list((ddtree or {}).get("files") or []) + list(deps.get("build_files") or [])
+    own_sglang, own_ddtree = attribute(errors, files if ddtree else [], deps.get("unresolved") if ddtree else None)
     out = {"sglang": {"name": name, "ok": not own_sglang, "errors": own_sglang, "checks": checks, "proved_at": now}}
     if ddtree:
-        out["ddtree"] = {"name": f"ddtree {ddtree['build_id'][:12]}", "build_id": ddtree["build_id"],
-                         "ok": not errors, "errors": own_sglang + own_ddtree, "checks": checks, "proved_at": now}
+        verdict = {"name": f"ddtree {ddtree['build_id'][:12]}", "build_id": ddtree["build_id"],
+                   "ok": not errors, "errors": own_sglang + own_ddtree, "checks": checks, "proved_at": now}
+        probed = (probe.get("ddtree_build") or {}).get("build_id")
+        if probed and probed != ddtree["build_id"]:
+            verdict.update(ok=None, errors=[f"the probe ran with the DDTree build {probed[:12]}, not the one in place"])
+        out["ddtree"] = verdict
     return out
 
 

@@ -104,6 +104,31 @@ def test_an_sglang_failure_fails_both_builds(ct129_facts):
     assert m["builds"]["ddtree"]["ok"] is False and m["builds"]["ddtree"]["errors"] == [err]
 
 
+def test_an_unresolved_library_both_need_fails_both(ct129_facts):
+    """The probe's dependency scan names one error per library, with every file that needs it
+    (plugins/module_utils/_runtime_probe.py dependency_errors); its unresolved entries say which
+    are the build's."""
+    kernel = f"{SITE}/sgl_kernel/common_ops.so"
+    build = f"{SITE}/sglang/srt/speculative/ddtree_kernels.so"
+    both = f"libcuda.so.1 needed by {kernel}, {build} (the DDTree build) does not resolve (LD_LIBRARY_PATH=none)"
+    alone = f"libcudart.so.12 needed by {build} (the DDTree build) does not resolve (LD_LIBRARY_PATH=none)"
+    deps = {"build_files": [build], "unresolved": [
+        {"name": "libcuda.so.1", "needed_by": kernel, "build": None},
+        {"name": "libcuda.so.1", "needed_by": build, "build": "ddtree"},
+        {"name": "libcudart.so.12", "needed_by": build, "build": "ddtree"}]}
+    m = manifest(ct129_facts, probe(ok=False, errors=[both, alone], dependencies=deps), DDTREE)
+    assert m["builds"]["sglang"]["ok"] is False and m["builds"]["sglang"]["errors"] == [both]
+    assert m["builds"]["ddtree"]["errors"] == [both, alone]
+    m = manifest(ct129_facts, probe(ok=False, errors=[alone], dependencies=deps), DDTREE)
+    assert m["builds"]["sglang"]["ok"] is True and m["builds"]["ddtree"]["ok"] is False
+
+
+def test_a_probe_of_another_build_proves_nothing_about_this_one(ct129_facts):
+    m = manifest(ct129_facts, probe(ddtree_build={"build_id": "ef" * 32, "state": "applied"}), DDTREE)
+    assert m["builds"]["ddtree"]["ok"] is None and "efefefefefef" in m["builds"]["ddtree"]["errors"][0]
+    assert m["builds"]["sglang"]["ok"] is True
+
+
 def test_no_probe_means_no_verdict(ct129_facts):
     m = hm.build(ct129_facts, {}, RUNTIME, {"skipped": True}, DDTREE, {}, NOW)
     assert m["builds"]["sglang"]["ok"] is None and m["builds"]["ddtree"]["ok"] is None
