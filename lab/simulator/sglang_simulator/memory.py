@@ -7,9 +7,11 @@ and ``handle_max_mamba_cache``; the same shape since 0.5.9)::
     post  = pre - weights/tp  (- draft weights/tp since 0.5.14)
     rest  = post - pre * (1 - mem_fraction_static)
     hybrid linear-attention models (Gated DeltaNet):
-        rest -= mamba_per_req * max_running_requests * num_draft_tokens  (speculative)
+        rest -= mamba_per_req * max_running_requests * num_draft_tokens  (speculative, up to 0.5.12)
         mamba slots = max_mamba_cache_size | max_running_requests (radix cache off)
                       | rest * r / (1 + r) // mamba_per_req     (r = mamba_full_memory_ratio)
+                        (0.5.13+ with speculation solved with the states of slots // ratio
+                         requests; 0.5.17+ with the padding slot)
         rest -= slots * mamba_per_req
     cell  = max(1, kv_heads // tp) * (head_dim + v_head_dim) * full_layers * dtype_bytes
             DFLASH: cell * (target_layers + draft_layers) / target_layers (ceil);
@@ -63,6 +65,8 @@ class ServerConfig:
     num_draft_tokens: int | None = None
     disable_radix_cache: bool = False
     mamba_full_memory_ratio: float = 0.9
+    # no_buffer / extra_buffer; None or "auto": the release's choice (extra_buffer from 0.5.14)
+    mamba_radix_cache_strategy: str | None = None
     max_mamba_cache_size: int | None = None
     page_size: int = 1
 
@@ -146,6 +150,20 @@ def mamba_per_request_bytes(model: ModelSpec, tp: int) -> int:
     return (conv + ssm) * model.linear_attention_layers
 
 
+def mamba_slots_per_request(release: Release, cfg: ServerConfig) -> int:
+    """State slots the scheduler keeps per running request: 1 without radix cache
+    (0.5.11 model_runner_kv_cache_mixin.py:180-181), 3 with it (:44-46), plus the
+    extra_buffer ping-pong pair, one slot with speculative decoding from 0.5.14 (the
+    lazy buffer, 0.5.14 mixin :274-293); 0.5.14+ choose extra_buffer for "auto"."""
+    if cfg.disable_radix_cache:
+        return 1
+    strategy = cfg.mamba_radix_cache_strategy
+    extra = strategy == "extra_buffer" or (strategy in (None, "auto") and release.radix_strategy_auto_extra_buffer)
+    if not extra:
+        return MAMBA_SLOTS_PER_REQUEST
+    return MAMBA_SLOTS_PER_REQUEST + (1 if cfg.speculative_algorithm and release.fact("mamba_lazy_spec_buffer") else 2)
+
+
 def kv_cell_bytes(model: ModelSpec, tp: int, kv_dtype_bytes: int | None = None) -> int:
     elem = kv_dtype_bytes or model.dtype_bytes
     return max(1, model.num_kv_heads // tp) * (2 * model.head_dim) * model.full_attention_layers * elem
@@ -199,6 +217,9 @@ def plan(
     )
     post = pre - target_w - (draft_w if release.draft_weights_in_pool else 0.0)
     rest = post - pre * (1 - mfs)
+    if model.has_vision:
+        # SGLANG_VLM_CACHE_SIZE_MB off the KV budget from 0.5.18 (kv_cache_configurator.py:130-150)
+        rest -= release.fact("vlm_cache_mb") / 1024.0
     draft_tokens = cfg.num_draft_tokens or default_num_draft_tokens(spec, draft)
     mrr = cfg.max_running_requests
     if spec and mrr is None:
@@ -206,18 +227,34 @@ def plan(
     if model.hybrid_linear:
         per_req = mamba_per_request_bytes(model, tp)
         result.mamba_per_req_bytes = per_req
-        if spec:
-            result.mamba_intermediate_gib = per_req * (mrr or 0) * draft_tokens / GIB
-            rest -= result.mamba_intermediate_gib
+        ratio = mamba_slots_per_request(release, cfg)
+        pad = 1 if release.fact("mamba_padding_slot") else 0
+        joint = bool(spec) and release.fact("mamba_joint_solve")
+        states = 0
+        if spec and not joint:
+            # up to 0.5.12 the states of every request first (0.5.11 mixin :73-91)
+            states = mrr or 0
+            rest -= per_req * states * draft_tokens / GIB
         if cfg.max_mamba_cache_size is not None:
             slots = cfg.max_mamba_cache_size
         elif cfg.disable_radix_cache and mrr is not None:
             slots = mrr
         else:
-            ratio = cfg.mamba_full_memory_ratio
-            slots = int((rest * ratio / (1 + ratio)) * GIB // per_req)
+            r = cfg.mamba_full_memory_ratio
+            budget = rest * r / (1 + r) * GIB
+            if joint:
+                # 0.5.13+ slots and states solved together (0.5.13.post1 mixin :132-160), 0.5.17+ with the
+                # padding slot in both buffers (0.5.17 kv_cache_configurator.py:1930-1948)
+                slots = int((budget - pad * per_req * (1 + draft_tokens)) // (per_req * (1 + draft_tokens / ratio)))
+            else:
+                slots = int((budget - pad * per_req) // per_req)
+        if joint:
+            states = min(mrr or 0, slots // ratio) + pad
+            rest -= per_req * states * draft_tokens / GIB
+        slots = max(slots, 0)
+        result.mamba_intermediate_gib = per_req * states * draft_tokens / GIB
         result.mamba_slots = slots
-        result.mamba_gib = slots * per_req / GIB
+        result.mamba_gib = (slots + pad) * per_req / GIB
         rest -= result.mamba_gib
     result.rest_gib = rest
 
@@ -246,13 +283,17 @@ def plan(
 
     context = cfg.context_length or model.max_position_embeddings
     estimated = max(min(int(tokens / context * 512), 4096), 2048)
-    if cfg.max_running_requests is not None:
-        max_reqs = min(cfg.max_running_requests, estimated)
-    else:
+    cap = release.fact("mrr_set_cap")
+    if cfg.max_running_requests is None:
         max_reqs = min(mrr or estimated, estimated, tokens // 2)
+    elif cap == "half_tokens":  # 0.5.14+
+        max_reqs = min(cfg.max_running_requests, tokens // 2)
+    elif cap == "estimate":  # 0.5.10-0.5.13
+        max_reqs = min(cfg.max_running_requests, estimated)
+    else:  # 0.5.9 keeps the value given
+        max_reqs = cfg.max_running_requests
     if model.hybrid_linear and result.mamba_slots:
-        ratio = 1 if cfg.disable_radix_cache else MAMBA_SLOTS_PER_REQUEST
-        max_reqs = min(max_reqs, max(1, result.mamba_slots // ratio))
+        max_reqs = min(max_reqs, max(1, result.mamba_slots // mamba_slots_per_request(release, cfg)))
     result.max_running_requests = max_reqs
     result.cuda_graph_max_bs = min(cfg.cuda_graph_max_bs or graph_bs_default, max_reqs)
 

@@ -90,9 +90,19 @@ def test_other_processes_memory_shrinks_the_pool():
 
 
 def test_0_5_23_error_names_the_minimum_fraction():
+    # at 0.55 the weights (target and draft, both in the profile from 0.5.14) take more than the
+    # static budget: rest <= 0 (0.5.14 model_runner_kv_cache_mixin.py:103-118)
     with pytest.raises(memory.PoolSizingError, match=r"Loaded weights leave no GPU memory for the KV cache "
-                       r"under --mem-fraction-static=0\.88\. Raise --mem-fraction-static above"):
-        plan(version=versions.release("0.5.23"), **{**SHADOW, "mem_fraction_static": 0.88},)
+                       r"under --mem-fraction-static=0\.55\. Raise --mem-fraction-static above"):
+        plan(version=versions.release("0.5.23"), **{**SHADOW, "mem_fraction_static": 0.55},)
+
+
+def test_0_5_23_shadow_fits_with_fewer_requests():
+    """The production envelope that 0.5.11 cannot hold (the states of 16 requests x 16 draft tokens
+    come first) fits from 0.5.13: slots and states are solved together and the requests capped at
+    slots // 4 (0.5.13.post1 mixin :132-160; 0.5.14+ extra_buffer, lazy with speculation)."""
+    p = plan(version=versions.release("0.5.23"), **SHADOW)
+    assert p.max_running_requests == p.mamba_slots // 4 < 16
 
 
 def test_default_fraction_follows_sglang_tiers():
@@ -157,3 +167,32 @@ def test_dflash_cell_sum_differs_from_scaling_for_another_draft():
 def test_small_gpu_tier_per_release(version, tier):
     # 20-35 GiB: 0.5.11 server_args.py _handle_gpu_memory_settings; 0.5.23 arg_groups/memory_hook.py:101-117
     assert memory.gpu_tier(24.0, 1, versions.release(version)) == tier
+
+
+@pytest.mark.parametrize("version", ["0.5.11", "0.5.12", "0.5.13", "0.5.14", "0.5.16", "0.5.17", "0.5.18", "0.5.20",
+                                     "0.5.23"])
+@pytest.mark.parametrize("gpu_mib", [A6000_MIB, 97887])
+def test_pool_agrees_with_the_planner(version, gpu_mib):
+    """The simulator and the collection's planner read the same release table: with the same CUDA
+    context (hardware.py CUDA_CONTEXT_MIB) they size the same static pool for the DDTree variants
+    and for the hybrid model without speculation."""
+    from ansible_collections.inferops.sglang.plugins.module_utils import _memplan
+
+    target = _memplan.read_model_dir(str(MODELS / "Qwen3.6-27B"))
+    draft = _memplan.read_model_dir(str(MODELS / "Qwen3.6-27B-DFlash"))
+    release = versions.release(version)
+    cases = {"balanced": BALANCED, "small": SMALL, "plain": dict(mem_fraction_static=0.88, context_length=32768)}
+    for name, kw in cases.items():
+        params = dict(kw, draft_model=kw.get("speculative_algorithm") == "DDTREE")
+        params.pop("max_running_requests", None)
+        params["max_running_requests"] = kw.get("max_running_requests")
+        planned = _memplan.plan(target, draft if params["draft_model"] else None, [gpu_mib] * 2, 2, version, params,
+                                {"context_mib": 500}, search=False)
+        try:
+            sim = memory.plan(release, TARGET, DRAFT if params["draft_model"] else None,
+                              memory.ServerConfig(tp_size=2, **kw), gpu_mib, gpu_mib - 500)
+        except memory.PoolSizingError:
+            assert planned["binding"] == "static_pool", (name, planned["reason"])
+            continue
+        assert (sim.max_total_tokens, sim.mamba_slots) == \
+            (planned["max_total_tokens"], planned["static"]["mamba_slots"]), name
