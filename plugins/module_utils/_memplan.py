@@ -226,20 +226,26 @@ def gpu_tier(gpu_gib: float, tp: int, rel: dict) -> tuple[int, int]:
 
 
 def piecewise_graphs(rel: dict, algorithm: str | None, architecture: str, vision: dict | None,
-                     cuda_graph: bool = True) -> bool:
-    """Whether SGLang captures piecewise (prefill) CUDA graphs by default, which the
-    default mem_fraction_static reserves for: off by default in 0.5.9 (:604); 0.5.10
-    turns them off for speculative decoding (0.5.10.post1 server_args.py:1088-1090);
-    every release off for multimodal models and the piecewise_disabled_archs (0.5.11
-    server_args.py:1200-1203, :1228-1230, configs/model_config.py; the reserve skipped at
-    :1457-1464); from 0.5.14 off with CUDA graphs off (prefill backend disabled, 0.5.14
-    server_args.py:3300)."""
+                     cuda_graph: bool = True, mla: bool = False) -> bool:
+    """Whether SGLang captures prefill ("piecewise") CUDA graphs by default, which the
+    default mem_fraction_static reserves for (the release's piecewise_default): off in
+    0.5.9 (server_args.py:604); torch.compile piecewise graphs 0.5.10-0.5.14, off with
+    speculative decoding in 0.5.10 (0.5.10.post1 server_args.py:1088-1090), off for
+    multimodal models and piecewise_disabled_archs (0.5.11 server_args.py:1200-1203,
+    :1228-1230, configs/model_config.py; the reserve skipped at :1457-1464); breakable
+    graphs from 0.5.15 (cuda_graph_config.py default_prefill_backend), off for multimodal
+    models not in breakable_multimodal_archs and for MLA in 0.5.15-0.5.16. From 0.5.14 off
+    with CUDA graphs off (prefill backend disabled, 0.5.14 server_args.py:3300)."""
     default = rel["piecewise_default"]
-    if default == "off" or (default == "on_no_spec" and algorithm):
+    if default == "off" or (default == "tc_no_spec" and algorithm):
         return False
-    if vision is not None or architecture in rel["piecewise_disabled_archs"]:
+    if not cuda_graph and rel["split_cuda_graph_flags"]:
         return False
-    return cuda_graph or not rel["split_cuda_graph_flags"]
+    if default == "breakable":
+        if mla and rel["breakable_mla_off"]:
+            return False
+        return vision is None or architecture in rel["breakable_multimodal_archs"]
+    return vision is None and architecture not in rel["piecewise_disabled_archs"]
 
 
 def piecewise_graph_sizes(max_tokens: int) -> list[int]:
@@ -258,7 +264,7 @@ def default_mfs(gpu_mib: float, tp: int, chunked: int, max_bs: int, algorithm: s
     reserved_mb = 512 + max(chunked, 2048) * 1.5 + tp / 8 * 1024
     if cuda_graph or not rel["graph_reserve_needs_graphs"]:
         reserved_mb += max_bs * 2  # decode graphs (0.5.15+ only when captured, 0.5.23 memory_hook.py:364-368)
-    if piecewise_graphs(rel, algorithm, architecture, vision, cuda_graph):
+    if piecewise_graphs(rel, algorithm, architecture, vision, cuda_graph, mla):
         reserved_mb += 1.5 * 1024 if mla else len(piecewise_graph_sizes(chunked)) * 8
     if gpu_mib > 60 * 1024:
         reserved_mb = max(reserved_mb, 10240)

@@ -212,19 +212,72 @@ FACTS = (
          "0.5.15.post1 srt/server_args.py:3639-3643; 0.5.23 arg_groups/memory_hook.py:364-368",
          (_ARGS, r"decode_cuda_graph_config\.backend != Backend\.DISABLED\s*\):\s*"
                  r"reserved_mem \+= decode_cuda_graph_config\.max_bs \* 2")),
-    # piecewise (prefill) CUDA graphs by default, and their reserve (len(tokens) * 8 MiB, MLA 1.5 GiB):
-    # "off" off unless --enable-piecewise-cuda-graph; "on_no_spec" on, off with speculative
-    # decoding; "on" on. Every release turns them off for multimodal models and the
-    # architectures of piecewise_disabled_archs (configs/model_config.py).
+    # prefill ("piecewise") CUDA graphs by default, and their reserve in the default
+    # mem_fraction_static (len(token sizes) * 8 MiB, MLA 1.5 GiB):
+    # "off"        off unless --enable-piecewise-cuda-graph (0.5.9);
+    # "tc_no_spec" torch.compile piecewise graphs, off with speculative decoding (0.5.10);
+    # "tc"         the same without that rule (0.5.11-0.5.14); off for multimodal models and the
+    #              architectures of piecewise_disabled_archs (configs/model_config.py);
+    # "breakable"  breakable graphs on CUDA from 0.5.15 (no architecture list): off for multimodal
+    #              models not in breakable_multimodal_archs, and for MLA while breakable_mla_off
     Fact("piecewise_default", FIRST, (0, 5, 9), "off", "0.5.9 srt/server_args.py:604, reserve :1043-1046",
          (("srt/server_args.py",), r"enable_piecewise_cuda_graph: bool = False")),
-    Fact("piecewise_default", (0, 5, 10), (0, 5, 10), "on_no_spec",
+    Fact("piecewise_default", (0, 5, 10), (0, 5, 10), "tc_no_spec",
          "0.5.10.post1 srt/server_args.py:637, :1088-1090 (2. Speculative decoding), reserve :1304-1311",
          (("srt/server_args.py",), r"# 2\. Speculative decoding")),
-    Fact("piecewise_default", (0, 5, 11), None, "on",
+    Fact("piecewise_default", (0, 5, 11), (0, 5, 14), "tc",
          "0.5.11 srt/server_args.py:1194-1262 (no speculative rule), reserve :1457-1464; 0.5.14 "
-         ":2997-3050 (prefill backend rules), reserve :3299-3306; 0.5.23 arg_groups/memory_hook.py:380-389",
-         "the absence of a rule; the 0.5.10 rule text is checked absent here"),
+         "model_executor/cuda_graph_config.py:91 PhaseConfig(backend=Backend.TC_PIECEWISE), rules "
+         "server_args.py:2997-3050, reserve :3299-3306",
+         "the absence of a rule; the 0.5.10 rule and the 0.5.15 default are checked absent here"),
+    Fact("piecewise_default", (0, 5, 15), None, "breakable",
+         "0.5.15.post1 model_executor/cuda_graph_config.py default_prefill_backend; rules server_args.py "
+         ":3340-3380 (0.5.23 arg_groups/cuda_graph_hook.py:170-240), reserve 0.5.23 arg_groups/memory_hook.py:380-389",
+         (("srt/model_executor/cuda_graph_config.py",), r"return Backend\.BREAKABLE if is_cuda\(\)")),
+    Fact("breakable_mla_off", FIRST, (0, 5, 13), False, "0.5.13.post1: no breakable prefill graphs",
+         "the next entry's text is checked absent here"),
+    # (0.5.14 has the rule for an opted-in breakable backend; the default is breakable from 0.5.15)
+    Fact("breakable_mla_off", (0, 5, 14), (0, 5, 16), True, "0.5.15.post1 srt/server_args.py:3351-3352, 0.5.16 :3773-3774",
+         (_ARGS, r'\("MLA attention", lambda')),
+    Fact("breakable_mla_off", (0, 5, 17), None, False, "0.5.17 server_args.py (no MLA rule for breakable graphs)",
+         "the 0.5.15-0.5.16 rule text is checked absent here"),
+    Fact("breakable_multimodal_archs", FIRST, (0, 5, 15), (), "0.5.15.post1 server_args.py:3374 (every multimodal model)",
+         "the lists' members are compared by the conformance test"),
+    Fact("breakable_multimodal_archs", (0, 5, 16), (0, 5, 17),
+         ("Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration"),
+         "0.5.16 srt/configs/model_config.py multimodal_breakable_cuda_graph_supported_model_archs",
+         "the lists' members are compared by the conformance test"),
+    Fact("breakable_multimodal_archs", (0, 5, 18), (0, 5, 18),
+         ("InternS2MobiusForConditionalGeneration", "Qwen3_5ForConditionalGeneration",
+          "Qwen3_5MoeForConditionalGeneration", "MuseGlimmerForConditionalGeneration", "KimiK3ForConditionalGeneration",
+          "KimiK25ForConditionalGeneration"), "0.5.18 srt/configs/model_config.py",
+         "the lists' members are compared by the conformance test"),
+    Fact("breakable_multimodal_archs", (0, 5, 19), (0, 5, 19),
+         ("Cohere2VisionForConditionalGeneration", "InternS2MobiusForConditionalGeneration",
+          "PaddleOCRVLForConditionalGeneration", "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
+          "MuseGlimmerForConditionalGeneration", "KimiK3ForConditionalGeneration", "KimiK25ForConditionalGeneration"),
+         "0.5.19 srt/configs/model_config.py", "the lists' members are compared by the conformance test"),
+    Fact("breakable_multimodal_archs", (0, 5, 20), (0, 5, 21),
+         ("Cohere2VisionForConditionalGeneration", "Glm5NextForConditionalGeneration",
+          "InternS2MobiusForConditionalGeneration", "PaddleOCRVLForConditionalGeneration",
+          "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration", "MuseGlimmerForConditionalGeneration",
+          "KimiK3ForConditionalGeneration", "KimiK25ForConditionalGeneration"),
+         "0.5.20 srt/configs/model_config.py", "the lists' members are compared by the conformance test"),
+    Fact("breakable_multimodal_archs", (0, 5, 22), (0, 5, 22),
+         ("Cohere2VisionForConditionalGeneration", "Glm5NextForConditionalGeneration",
+          "InternS2MobiusForConditionalGeneration", "PaddleOCRVLForConditionalGeneration",
+          "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration", "Qwen4ExpForConditionalGeneration",
+          "MuseGlimmerForConditionalGeneration", "KimiK3ForConditionalGeneration", "KimiK25ForConditionalGeneration",
+          "MiniMaxM3SparseForCausalLM", "MiniMaxM3SparseForConditionalGeneration"),
+         "0.5.22 srt/configs/model_config.py", "the lists' members are compared by the conformance test"),
+    Fact("breakable_multimodal_archs", (0, 5, 23), None,
+         ("MiniMaxM3SparseForConditionalGeneration", "Cohere2VisionForConditionalGeneration",
+          "Glm5NextForConditionalGeneration", "InternS2MobiusForConditionalGeneration",
+          "PaddleOCRVLForConditionalGeneration", "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
+          "Qwen4ExpForConditionalGeneration", "MuseGlimmerForConditionalGeneration", "MuseSparkForConditionalGeneration",
+          "KimiK3ForConditionalGeneration", "KimiK25ForConditionalGeneration", "MiniMaxM3SparseForCausalLM",
+          "MiniMaxM3SparseForConditionalGeneration"),
+         "0.5.23 srt/configs/model_config.py:2501", "the lists' members are compared by the conformance test"),
     Fact("piecewise_disabled_archs", FIRST, (0, 5, 9), (), "0.5.9 (piecewise graphs off by default)",
          "0.5.9 has no list: checked by the next entry's text"),
     Fact("piecewise_disabled_archs", (0, 5, 10), (0, 5, 11),

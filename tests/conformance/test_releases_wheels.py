@@ -75,21 +75,23 @@ def test_text_marks_the_range(entry):
     assert not wrong, f"{entry.name} {entry.since}-{entry.until} ({entry.source}): {', '.join(wrong)}"
 
 
-def _archs(wheel: Path) -> tuple:
+def _archs(wheel: Path, variable: str):
     source = _sources(wheel).get("srt/configs/model_config.py", "")
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "piecewise_cuda_graph_disabled_model_archs"
-                                                for t in node.targets):
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == variable for t in node.targets):
             return tuple(ast.literal_eval(node.value))
     return ()
 
 
-def test_piecewise_disabled_archs_per_release():
+@pytest.mark.parametrize("name,variable", [
+    ("piecewise_disabled_archs", "piecewise_cuda_graph_disabled_model_archs"),
+    ("breakable_multimodal_archs", "multimodal_breakable_cuda_graph_supported_model_archs"),
+])
+def test_architecture_lists_per_release(name, variable):
     wrong = {}
     for wheel in WHEELS:
-        version = _version(wheel)
-        want = rel.fact("piecewise_disabled_archs", version)
-        got = _archs(wheel)
+        want = rel.fact(name, _version(wheel))
+        got = _archs(wheel, variable)
         if set(got) != set(want):
             wrong[wheel.name.split("-")[1]] = got
     assert not wrong

@@ -67,13 +67,16 @@ BASE_48 = 512 + 4096 * 1.5 + 32 * 2 + 1 / 8 * 1024
     ("0.5.10", "LlamaForCausalLM", {"speculative_algorithm": "NEXTN"}, BASE_48 + 4096),
     # 0.5.11: on with speculative decoding too (:1194-1262 has no such rule), + 4 GiB spec reserve (:1473-1475)
     ("0.5.11", "LlamaForCausalLM", {"speculative_algorithm": "NEXTN"}, BASE_48 + PIECEWISE_4096 * 8 + 4096),
-    # off for the architecture list (0.5.11 server_args.py:1200-1203, configs/model_config.py)
+    # torch.compile piecewise graphs (0.5.10-0.5.14): off for the architecture list (0.5.11
+    # server_args.py:1200-1203, configs/model_config.py; 0.5.14 :2997-3050)
     ("0.5.11", "Qwen3NextForCausalLM", {}, BASE_48),
-    ("0.5.23", "Qwen3NextForCausalLM", {}, BASE_48),
+    ("0.5.14", "Qwen3NextForCausalLM", {}, BASE_48),
     ("0.5.12", "DeepseekV4ForCausalLM", {}, BASE_48),
     ("0.5.11", "DeepseekV4ForCausalLM", {}, BASE_48 + PIECEWISE_4096 * 8),  # listed from 0.5.12.post1
-    ("0.5.20", "Glm5NextForConditionalGeneration", {}, BASE_48),
-    ("0.5.19", "Glm5NextForConditionalGeneration", {}, BASE_48 + PIECEWISE_4096 * 8),  # listed from 0.5.20
+    # breakable graphs by default on CUDA from 0.5.15 (model_executor/cuda_graph_config.py
+    # default_prefill_backend): their rules have no architecture list (0.5.23 arg_groups/cuda_graph_hook.py:170-240)
+    ("0.5.15", "Qwen3NextForCausalLM", {}, BASE_48 + PIECEWISE_4096 * 8),
+    ("0.5.23", "Qwen3NextForCausalLM", {}, BASE_48 + PIECEWISE_4096 * 8),
     # --disable-cuda-graph keeps the piecewise reserve in 0.5.11 (:1457-1464 reads only
     # disable_piecewise_cuda_graph), drops it from 0.5.14 (prefill backend disabled, 0.5.14 :3300)
     ("0.5.11", "LlamaForCausalLM", {"cuda_graph": False}, BASE_48 + PIECEWISE_4096 * 8),
@@ -84,6 +87,24 @@ BASE_48 = 512 + 4096 * 1.5 + 32 * 2 + 1 / 8 * 1024
 ])
 def test_default_mfs_piecewise_rule(version, arch, params, reserved):
     assert mfs_of(version, params, architectures=[arch], num_nextn_predict_layers=1) == hand_mfs(A6000, reserved)
+
+
+# Qwen3.6's vision_config: depth 27 but no num_hidden_layers -> 24 layers, hidden 1152
+# (adjust_mem_fraction_for_vlm, 0.5.11 server_args.py:7137-7173)
+VLM_FACTOR = 0.95 * min(max(1.0 - 0.1 * (24 * 1152 ** 2 / (24 * 1024 ** 2) - 1.0), 0.8), 1.05)
+
+
+@pytest.mark.parametrize("version,prefill_graphs", [
+    ("0.5.14", False),  # multimodal: off (0.5.14 server_args.py:3022-3026)
+    ("0.5.15", False),  # breakable, every multimodal model off (0.5.15.post1 server_args.py:3374)
+    ("0.5.16", True),   # Qwen3_5ForConditionalGeneration on the breakable allowlist (0.5.16 configs/model_config.py)
+    ("0.5.23", True),
+])
+def test_default_mfs_prefill_graphs_of_the_multimodal_hybrid(version, prefill_graphs):
+    # ct129, TP 2, no speculation: 512 + 4096 * 1.5 + 32 * 2 + 2/8 * 1024 (+ 50 * 8 with prefill graphs), then the VLM factor
+    reserved = 512 + 4096 * 1.5 + 32 * 2 + 2 / 8 * 1024 + (PIECEWISE_4096 * 8 if prefill_graphs else 0)
+    result = _memplan.plan(qwen(), None, [A6000, A6000], 2, version, {"context_length": 32768}, ASSUME, search=False)
+    assert result["mem_fraction_static"] == pytest.approx(hand_mfs(A6000, reserved) * VLM_FACTOR, abs=1e-9)
 
 
 # --------------------------------------------------------------------------- b. GPU tiers
