@@ -29,7 +29,7 @@ import yaml
 
 from real_sglang import REPO, RELEASES, environment, python
 
-from ansible_collections.inferops.sglang.plugins.module_utils import _variants
+from ansible_collections.inferops.sglang.plugins.module_utils import _gpu, _variants
 
 HARNESS = REPO / "lab/real/validate_args.py"
 DEFAULTS = yaml.safe_load((REPO / "roles/sglang_service/defaults/main.yml").read_text())
@@ -73,19 +73,35 @@ def table(host: str) -> tuple[dict, dict, dict, dict]:
             hv.get("sglang_service_overrides", DEFAULTS["sglang_service_overrides"]))
 
 
+def tp_and_devices(host: str) -> tuple[int, list[int]]:
+    """The TP size and GPUs provisioning chooses for the host (gpu_facts, written to the host manifest):
+    the inventory's gpu_preflight_requested_gpus/_tp_size where it asks, else from the usable GPUs of
+    its hardware file and the model's heads (_gpu.valid_tp and choose_tp), the first that many GPUs."""
+    hv = HOSTVARS[host]
+    hardware = json.loads((REPO / "lab/hosts" / host / "hardware.json").read_text())
+    usable = [g["index"] for g in hardware["gpus"] if g["state"] == "ok"]
+    selected = [i for i in hv.get("gpu_preflight_requested_gpus") or usable if i in usable]
+    tp = hv.get("gpu_preflight_requested_tp_size")
+    if tp is None:
+        config = json.loads((Path(lab_model(hv["inferops_model_path"])) / "config.json").read_text())
+        tp = _gpu.choose_tp(_gpu.valid_tp(_gpu.model_heads(config), len(selected)))
+    assert tp and int(tp) <= len(selected), (host, tp, selected)
+    return int(tp), selected[:int(tp)]
+
+
 def server(host: str) -> dict:
     """The role's server values (defaults/main.yml) from the host's inventory, with the lab's model copies."""
     hv = HOSTVARS[host]
     return {"model_path": lab_model(hv["inferops_model_path"]), "served_model_name": hv.get("inferops_model_name", ""),
             "host": hv.get("sglang_service_bind_host", DEFAULTS["sglang_service_bind_host"]),
-            "port": int(hv.get("inferops_service_port", 30000)), "tp_size": int(hv["inferops_tp_size"]),
+            "port": int(hv.get("inferops_service_port", 30000)), "tp_size": tp_and_devices(host)[0],
             "draft_model_path": lab_model(hv["inferops_draft_model_path"])}
 
 
 def gpu_profile(host: str) -> list[str]:
     """validate_args.py's GPU figures: the GPUs the unit is given (CUDA_VISIBLE_DEVICES) from hardware.json."""
     hardware = json.loads((REPO / "lab/hosts" / host / "hardware.json").read_text())
-    devices = HOSTVARS[host]["inferops_gpu_devices"]
+    devices = tp_and_devices(host)[1]
     gpus = [g for g in hardware["gpus"] if g["index"] in devices]
     assert len(gpus) == len(devices) and all(g["state"] == "ok" for g in gpus), (host, devices)
     assert len({(g["name"], g["compute_cap"]) for g in gpus}) == 1, "one GPU model per host"
@@ -165,7 +181,7 @@ def test_variant_passes_real_validation(validated, release, host, name):
         if params.get(key) is not None:
             assert resolved[key] == params[key], (key, resolved[key])
     assert resolved["disable_radix_cache"] is bool(params["disable_radix_cache"])
-    assert resolved["tp_size"] == HOSTVARS[host]["inferops_tp_size"] and resolved["device"] == "cuda"
+    assert resolved["tp_size"] == tp_and_devices(host)[0] and resolved["device"] == "cuda"
     # SGLang read the model's config.json and no other file of it
     assert result["model_files"] == ["config.json"], result["model_files"]
 

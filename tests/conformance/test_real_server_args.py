@@ -82,7 +82,7 @@ def rendered(hostvars: dict, model: str, name: str, release: str) -> list[str]:
     assert canonical == name and _variants.check(params) == [], (name, _variants.check(params))
     server = {"model_path": model, "served_model_name": hostvars["inferops_model_name"],
               "host": hostvars.get("sglang_service_bind_host", DEFAULTS["sglang_service_bind_host"]),
-              "port": hostvars["inferops_service_port"], "tp_size": hostvars["inferops_tp_size"], "draft_model_path": None}
+              "port": hostvars["inferops_service_port"], "tp_size": hostvars["sglang_service_tp_size"], "draft_model_path": None}
     return _variants.argv(params, server, _variants.parse_version(release))
 
 

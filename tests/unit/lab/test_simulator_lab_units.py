@@ -1,6 +1,8 @@
 """The lab's case units (lab/playbooks/templates/sglang-lab.service.j2 over
-lab/field_cases.yml): per-case Environment= lines, and the graph-hang case run by
-the simulator on ct129's stand-in stalls silently in CUDA graph capture."""
+lab/field_cases.yml, with lab_gpu_devices the GPUs of the host manifest as
+lab/playbooks/field_cases.yml reads them): per-case Environment= lines, and the
+graph-hang case run by the simulator on ct129's stand-in stalls silently in
+CUDA graph capture."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ def render(item: dict) -> str:
     env = jinja2.Environment(trim_blocks=True, undefined=jinja2.StrictUndefined)
     env.filters["comment"] = lambda text: f"# {text}"
     text = (LAB / "playbooks" / "templates" / "sglang-lab.service.j2").read_text()
-    return env.from_string(text).render(item=item, ansible_managed="managed", inferops_gpu_devices=[0, 2],
+    return env.from_string(text).render(item=item, ansible_managed="managed", lab_gpu_devices=[0, 2],
                                         lab_common_args=CASES["lab_common_args"])
 
 
