@@ -157,15 +157,37 @@ def verdicts(probe: dict | None, sglang_version: str | None, ddtree: dict | None
     return out
 
 
+def rejected_build(rejected: dict | None) -> dict | None:
+    """The DDTree build the ddtree_build role rejected and rolled back (its ``ddtree_build_facts``
+    with verdict ``rejected``): {build_id, errors, checks, restored}, or None."""
+    if not rejected or rejected.get("verdict", "rejected") != "rejected" or not rejected.get("build_id"):
+        return None
+    return {"build_id": str(rejected["build_id"]),
+            "errors": [str(e) for e in rejected.get("errors") or []] or ["rejected by the runtime probe"],
+            "checks": [str(c) for c in rejected.get("checks") or []],
+            "restored": rejected.get("restored") or None}
+
+
 def build(gpus: dict | None, cuda: dict, runtime: dict, probe: dict | None, ddtree_manifest: dict | None,
-          provenance: dict, now: str, extra_environment: dict | None = None, checks: list[str] | None = None) -> dict:
-    """The manifest of a host from what provisioning found (see the module's documentation)."""
+          provenance: dict, now: str, extra_environment: dict | None = None, checks: list[str] | None = None,
+          rejected: dict | None = None) -> dict:
+    """The manifest of a host from what provisioning found (see the module's documentation).
+
+    ``rejected``: the ddtree_build role's facts on a build it rejected and rolled back. With no
+    build in place after the rollback, the DDTree build's verdict is that build's failure (its id
+    and errors); with the previous build restored, the verdict is the probe's on the restored one.
+    Either way ``ddtree_rejected`` names the rejected build and why."""
     runtime = runtime or {}
     installed = dict(runtime.get("installed") or (probe or {}).get("installed") or {})
     environment, source = probe_environment(probe, extra_environment)
     ddtree = ddtree_installed(ddtree_manifest)
     venv = runtime.get("venv") or os.path.dirname(os.path.dirname(runtime.get("python") or FALLBACK_PYTHON))
-    return {
+    builds = verdicts(probe, installed.get("sglang"), ddtree, now, checks)
+    refused = rejected_build(rejected)
+    if refused and ddtree is None:
+        builds["ddtree"] = {"name": f"ddtree {refused['build_id'][:12]}", "build_id": refused["build_id"], "ok": False,
+                            "errors": refused["errors"], "checks": refused["checks"], "proved_at": now}
+    manifest = {
         "schema": SCHEMA,
         "written": {"at": now, **{k: v for k, v in (provenance or {}).items() if v not in (None, "")}},
         "gpus": gpus_section(gpus) if gpus is not None else None,
@@ -175,8 +197,11 @@ def build(gpus: dict | None, cuda: dict, runtime: dict, probe: dict | None, ddtr
         "environment": environment,
         "environment_source": source,
         "ddtree": {k: v for k, v in ddtree.items() if k != "files"} if ddtree else None,
-        "builds": verdicts(probe, installed.get("sglang"), ddtree, now, checks),
+        "builds": builds,
     }
+    if refused:
+        manifest["ddtree_rejected"] = refused
+    return manifest
 
 
 def _stable(manifest: dict) -> dict:
@@ -402,12 +427,15 @@ def refusal(variant: str, params: dict, manifest: dict, installed_ddtree: dict |
     if needed == "ddtree":
         proved = (manifest.get("ddtree") or {}).get("build_id")
         now_id = (installed_ddtree or {}).get("build_id")
-        if verdict is None or not proved:
+        # a build rejected and rolled back leaves none in place, and its failed verdict
+        rolled_back = verdict is not None and verdict.get("ok") is False and not proved
+        if verdict is None or (not proved and not rolled_back):
             return (f"variant {variant} needs the DDTree build, and the host manifest records none: "
                     f"provision.yml with ddtree_build_src_dir lays it and probes it")
         if installed_ddtree is not None and now_id != proved:
+            probed = proved[:12] if proved else f"none: {verdict.get('build_id', '')[:12]} was rejected and rolled back"
             return (f"variant {variant} needs the DDTree build, and the one in place now ({(now_id or 'none')[:12]}) is not "
-                    f"the one provisioning probed ({proved[:12]}): {path_hint}")
+                    f"the one provisioning probed ({probed}): {path_hint}")
     if verdict is None:
         return f"variant {variant} needs {needed}, which the host manifest has no verdict for: {path_hint}"
     if verdict.get("ok") is True:

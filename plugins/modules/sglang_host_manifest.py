@@ -69,6 +69,17 @@ options:
     description: O(state=present). The checks the probe ran, recorded with each verdict; default every check (C(all)).
     type: list
     elements: str
+  ddtree_rejected:
+    description:
+      - >-
+        O(state=present). The ddtree_build role's C(ddtree_build_facts) on a DDTree build its probe rejected and
+        rolled back (C(verdict=rejected), C(build_id), C(errors), C(restored), C(checks)); other verdicts are ignored.
+      - >-
+        The rollback took the build out of O(ddtree_manifest): with no build in place the DDTree build's verdict is
+        this build's failure, with its id and errors, so a deploy refuses the DDTree variants with that reason; with
+        the previous build restored the verdict is the probe's on that build. Either way C(ddtree_rejected) in the
+        manifest names the rejected build and why.
+    type: dict
   provenance:
     description: O(state=present). Who wrote it (run id, playbook, controller user and host), recorded under C(written).
     type: dict
@@ -159,7 +170,8 @@ manifest:
       the provenance), C(gpus) (C(usable), C(unusable) with C(reason), C(selected), C(cuda_visible_devices), C(tp)
       with C(valid), C(chosen), C(devices), C(cuda_visible_devices)), C(cuda), C(venv) (C(path), C(python)),
       C(installed), C(environment), C(environment_source) (C(probe), C(reconstructed) or C(none)), C(ddtree)
-      (the build in place, or null) and C(builds) (C(sglang), C(ddtree), each with C(name), C(ok), C(errors), C(checks),
+      (the build in place, or null), C(ddtree_rejected) (a build this run rejected and rolled back, when there is
+      one) and C(builds) (C(sglang), C(ddtree), each with C(name), C(ok), C(errors), C(checks),
       C(proved_at)).
   returned: when there is one
   type: dict
@@ -219,7 +231,7 @@ def _present(module: AnsibleModule) -> None:
         old = None
         module.warn(f"replacing an unusable host manifest: {exc}")
     new = hm.build(p["gpus"], p["cuda"], p["runtime"], p["probe"], _ddtree(p["ddtree_manifest"]), p["provenance"],
-                   _now(), p["probe_environment"], p["probe_checks"])
+                   _now(), p["probe_environment"], p["probe_checks"], p["ddtree_rejected"])
     exists = os.path.exists(path)
     changed = not hm.same(old, new)
     mode_ok = True
@@ -298,6 +310,7 @@ def main() -> None:
             probe=dict(type="dict"),
             probe_environment=dict(type="dict", default={}),
             probe_checks=dict(type="list", elements="str"),
+            ddtree_rejected=dict(type="dict"),
             provenance=dict(type="dict", default={}),
             required=dict(type="bool", default=True),
             tp_size=dict(type="raw"),

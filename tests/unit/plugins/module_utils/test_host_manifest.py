@@ -289,3 +289,41 @@ def test_a_build_changed_since_the_probe_is_refused(ct129_facts):
 def test_an_unprobed_runtime_is_refused(ct129_facts):
     m = hm.build(ct129_facts, {}, RUNTIME, None, None, {}, NOW)
     assert "needs sglang 0.5.11, which was not probed" in hm.refusal("nextn", NEXTN, m)
+
+
+# A build the ddtree_build role rejected and rolled back: its facts (roles/ddtree_build/tasks/build.yml)
+REJECTED = {"build_id": "cd" * 32, "verdict": "rejected", "restored": None, "environment": ENV,
+            "errors": [f"libcudart.so.12 needed by {SITE}/sglang/srt/speculative/ddtree_kernels.so (the DDTree build) "
+                       "does not resolve (LD_LIBRARY_PATH=/usr/local/cuda-13.0/lib64, RUNPATH=none)"]}
+
+
+def test_a_rejected_build_rolled_back_to_none_is_the_ddtree_verdict(ct129_facts):
+    m = manifest(ct129_facts, rejected=dict(REJECTED, checks=["libraries", "dependencies"]))
+    assert m["ddtree"] is None and m["builds"]["sglang"]["ok"] is True
+    assert m["builds"]["ddtree"] == {"name": "ddtree cdcdcdcdcdcd", "build_id": "cd" * 32, "ok": False,
+                                     "errors": REJECTED["errors"], "checks": ["libraries", "dependencies"], "proved_at": NOW}
+    assert m["ddtree_rejected"] == {"build_id": "cd" * 32, "errors": REJECTED["errors"],
+                                    "checks": ["libraries", "dependencies"], "restored": None}
+    later = manifest(ct129_facts, rejected=dict(REJECTED, checks=["libraries", "dependencies"]), now=LATER)
+    assert hm.validate(m) == [] and hm.same(m, later)
+    message = hm.refusal("shadow-balanced", SHADOW, m, None)
+    assert message.startswith("variant shadow-balanced needs ddtree cdcdcdcdcdcd, which failed the runtime probe "
+                              f"when the host was provisioned ({NOW}): {REJECTED['errors'][0]}")
+    assert hm.refusal("nextn", NEXTN, m, None) is None
+    # a build laid since, outside provisioning, is not the one the manifest speaks of
+    assert "is not the one provisioning probed (none: cdcdcdcdcdcd was rejected and rolled back)" in \
+        hm.refusal("shadow", SHADOW, m, hm.ddtree_installed(DDTREE))
+
+
+def test_a_rejected_build_with_the_previous_one_restored_leaves_that_ones_verdict(ct129_facts):
+    m = manifest(ct129_facts, ddtree=DDTREE, rejected=dict(REJECTED, restored="ab" * 32))
+    assert m["ddtree"]["build_id"] == "ab" * 32 and m["builds"]["ddtree"]["build_id"] == "ab" * 32
+    assert m["builds"]["ddtree"]["ok"] is True
+    assert m["ddtree_rejected"]["build_id"] == "cd" * 32 and m["ddtree_rejected"]["restored"] == "ab" * 32
+    assert hm.refusal("shadow", SHADOW, m, hm.ddtree_installed(DDTREE)) is None
+
+
+def test_only_a_rejected_verdict_is_recorded(ct129_facts):
+    for facts in (None, {}, dict(REJECTED, verdict="passed"), dict(REJECTED, build_id=None)):
+        m = manifest(ct129_facts, rejected=facts)
+        assert "ddtree_rejected" not in m and "ddtree" not in m["builds"], facts

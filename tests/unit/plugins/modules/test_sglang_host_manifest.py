@@ -147,3 +147,22 @@ def test_read_leaves_an_unknown_variant_to_sglang_variant(capsys, paths):
     write(capsys, paths, ok_probe())
     rc, result = read(capsys, paths, name="turbo")
     assert rc == 0 and "variant" not in result and "build" not in result
+
+
+def test_a_rejected_and_rolled_back_build_is_recorded_and_refused(capsys, paths):
+    os.unlink(paths["ddtree_manifest"])  # the rollback left no build
+    error = f"libcudart.so.12 needed by {SITE}/{BUILD_FILE} (the DDTree build) does not resolve"
+    rejected = {"build_id": "cd" * 32, "verdict": "rejected", "errors": [error], "restored": None, "environment": ENV}
+    rc, result = write(capsys, paths, ok_probe(), ddtree_rejected=rejected)
+    assert rc == 0 and result["changed"] is True, result
+    data = hm.read(paths["path"])
+    assert data["ddtree"] is None and data["builds"]["sglang"]["ok"] is True
+    assert data["builds"]["ddtree"]["ok"] is False and data["builds"]["ddtree"]["build_id"] == "cd" * 32
+    assert data["builds"]["ddtree"]["errors"] == [error] and data["ddtree_rejected"]["build_id"] == "cd" * 32
+    rc, again = write(capsys, paths, ok_probe(), ddtree_rejected=rejected, run="run-2")
+    assert rc == 0 and again["changed"] is False
+    rc, result = read(capsys, paths, name="balanced")
+    assert rc == 1 and "variant shadow needs ddtree cdcdcdcdcdcd, which failed the runtime probe" in result["msg"]
+    assert error in result["msg"]
+    rc, result = read(capsys, paths, name="nextn")
+    assert rc == 0, result
