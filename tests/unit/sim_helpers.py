@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
+from ansible.module_utils import _internal as ansible_internal
+from ansible.module_utils.common import warnings as ansible_warnings
 from ansible.module_utils.testing import patch_module_args
 
 REPO = Path(__file__).resolve().parents[2]
@@ -25,9 +27,19 @@ def run_module(main: Callable[[], None], capsys, args: dict, check_mode: bool = 
     """Run a module's main() with these arguments; (exit code, result, raw output)."""
     if check_mode:
         args = dict(args, _ansible_check_mode=True)
-    with patch_module_args(args):
-        with pytest.raises(SystemExit) as exc:
-            main()
+    # A real module run is its own process: no warning of an earlier run carries over,
+    # and module.warn() reports in the result even when a test before this one
+    # imported controller code (which turns warn() into a controller display call).
+    ansible_warnings._global_warnings.clear()
+    ansible_warnings._global_deprecations.clear()
+    was_controller = ansible_internal.is_controller
+    ansible_internal.is_controller = False
+    try:
+        with patch_module_args(args):
+            with pytest.raises(SystemExit) as exc:
+                main()
+    finally:
+        ansible_internal.is_controller = was_controller
     out = capsys.readouterr().out
     return exc.value.code, json.loads(out), out
 
