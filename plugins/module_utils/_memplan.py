@@ -44,14 +44,14 @@ Two sides, as in the field story:
 from __future__ import annotations
 
 import functools
-import json
 import math
-import os
 import re
 
 try:
+    from ansible_collections.inferops.sglang.plugins.module_utils import _model_config
     from ansible_collections.inferops.sglang.plugins.module_utils import _sglang_releases as releases
 except ImportError:  # loaded from the tree (lab/bench/planner.py, tools/)
+    import _model_config  # type: ignore[no-redef]
     import _sglang_releases as releases  # type: ignore[no-redef]
 
 GIB = float(1 << 30)
@@ -94,29 +94,11 @@ def _text_config(config: dict) -> dict:
     return config.get("text_config") or config.get("llm_config") or config
 
 
-def _weight_bytes(path: str) -> int:
-    index = os.path.join(path, "model.safetensors.index.json")
-    if os.path.isfile(index):
-        with open(index, "r", encoding="utf-8") as handle:
-            total = (json.load(handle).get("metadata") or {}).get("total_size")
-        if total:
-            return int(total)
-    files = [f for f in os.listdir(path) if f.endswith(".safetensors")]
-    if not files:
-        raise PlanError(f"{path} has neither model.safetensors.index.json (metadata.total_size) nor *.safetensors files")
-    return sum(os.path.getsize(os.path.join(path, f)) for f in files)
-
-
 def read_model_dir(path: str) -> dict:
-    """A model directory's config.json and weight size, as model_spec() input."""
-    if not os.path.isdir(path):
-        raise PlanError(f"model directory {path} does not exist")
-    try:
-        with open(os.path.join(path, "config.json"), "r", encoding="utf-8") as handle:
-            config = json.load(handle)
-    except (OSError, ValueError) as exc:
-        raise PlanError(f"{path} has no readable config.json ({exc})") from exc
-    return model_spec(config, _weight_bytes(path), path)
+    """A model directory's config.json and weight size (the collection's one reader,
+    _model_config), as model_spec() input."""
+    model = _model_config.read(path, error=PlanError)
+    return model_spec(model["config"], model["weight_bytes"], path)
 
 
 def _dtype_bytes(name) -> float:

@@ -32,16 +32,16 @@ import json
 import os
 import re
 
+try:
+    from ansible_collections.inferops.sglang.plugins.module_utils import _sglang_releases as releases
+except ImportError:  # loaded from the tree
+    import _sglang_releases as releases  # type: ignore[no-redef]
+
 MARKER = "INFEROPS_RUNTIME_PROBE "
 CHECKS = ("versions", "torch", "libraries", "dependencies")
-# The CUDA libraries an SGLang release and its kernel package open themselves
-# with ctypes (not DT_NEEDED, so the ELF scan cannot see them), per (major,
-# minor) release line; {major} is the toolkit's CUDA major version. sgl-kernel
-# preloads the CUDA runtime when it is imported (0.5.11 wheel's sgl-kernel
-# 0.4.2, sgl_kernel/__init__.py:8-10, _preload_cuda_library in load_utils.py).
-DEFAULT_LIBRARIES: dict[tuple[int, int], tuple[str, ...]] = {
-    (0, 5): ("libcudart.so.{major}",),
-}
+# The CUDA libraries an SGLang release's kernel package opens itself with ctypes
+# (not DT_NEEDED, so the ELF scan cannot see them) are the release table's
+# kernel_cuda_libraries; {major} is the toolkit's CUDA major version.
 # The distributions whose shared objects the dependency scan reads (from their
 # RECORD): SGLang, its kernel packages (sgl-kernel was renamed sglang-kernel:
 # the 0.5.11 venv has sglang_kernel-0.4.2, 0.5.23's sglang_kernel-0.4.10 plus
@@ -598,16 +598,15 @@ def pin_errors(torch_pin: str | None, cuda: tuple[int, int]) -> list[str]:
 
 
 def default_libraries(sglang_pin: str | None, cuda: tuple[int, int]) -> list[str]:
-    """The CUDA libraries to load for an SGLang release line (the newest known line
-    when the pin is unset or newer than the table)."""
-    lines = sorted(DEFAULT_LIBRARIES)
-    chosen = lines[-1]
-    match = re.match(r"\s*v?(\d+)\.(\d+)", sglang_pin or "")
-    if match:
-        wanted = (int(match.group(1)), int(match.group(2)))
-        older = [line for line in lines if line <= wanted]
-        chosen = older[-1] if older else lines[0]
-    return [name.format(major=cuda[0], minor=cuda[1]) for name in DEFAULT_LIBRARIES[chosen]]
+    """The CUDA libraries the kernel package of this SGLang release opens itself (the
+    newest entry of the release table when the pin is unset or unreadable)."""
+    try:
+        names = releases.fact("kernel_cuda_libraries", sglang_pin) if sglang_pin else None
+    except ValueError:
+        names = None
+    if names is None:
+        names = releases.BY_NAME["kernel_cuda_libraries"][-1].value
+    return [name.format(major=cuda[0], minor=cuda[1]) for name in names]
 
 
 def library_path(cuda_home: str, extra: list[str], environment: dict) -> str:

@@ -358,7 +358,7 @@ FACTS = (
     # ------------------------------------------------------------------ CUDA libraries
     # the CUDA libraries each release line's kernel package opens with ctypes ({major}: the
     # toolkit's CUDA major version); sgl-kernel preloads the runtime RTLD_GLOBAL on import
-    # (today _runtime_probe.DEFAULT_LIBRARIES, to be read from here)
+    # (_runtime_probe.default_libraries reads it)
     Fact("kernel_cuda_libraries", FIRST, None, ("libcudart.so.{major}",),
          "sgl_kernel/load_utils.py:217-240 of the kernel installed with 0.5.11 (:212-235 with 0.5.23): "
          "ctypes.CDLL(libcudart.so.{major}, RTLD_GLOBAL)",

@@ -252,21 +252,3 @@ def installed_version(run_command, python: str) -> tuple[str | None, str | None]
     if rc != 0:
         return None, f"SGLang is not installed in {python}'s environment: {(err or out).strip()[-300:]}"
     return out.strip(), None
-
-
-def gpu_memory(run_command, devices: list[int]) -> tuple[list[int], list[str]]:
-    """(memory.total MiB of each GPU, problems): one ``nvidia-smi -i N`` per GPU, so
-    a lost GPU is named (its query fails) while the others still answer."""
-    memory, problems = [], []
-    for device in devices:
-        rc, out, err = run_command(["nvidia-smi", "-i", str(device), "--query-gpu=index,name,memory.total",
-                                    "--format=csv,noheader,nounits"])
-        if rc != 0:
-            problems.append(f"GPU {device} is not usable: {' '.join((out + ' ' + err).split()) or f'exit code {rc}'}")
-            continue
-        match = re.match(r"[^,]*,[^,]*,\s*(\d+)", out.strip())
-        if not match:
-            problems.append(f"GPU {device}: cannot read memory.total from nvidia-smi's {out.strip()[:120]!r}")
-            continue
-        memory.append(int(match.group(1)))
-    return memory, problems

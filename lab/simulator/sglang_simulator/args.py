@@ -266,6 +266,7 @@ def server_config(release: Release, args: argparse.Namespace) -> ServerConfig:
         speculative_algorithm=args.speculative_algorithm,
         num_draft_tokens=draft_tokens,
         disable_radix_cache=args.disable_radix_cache,
+        mamba_radix_cache_strategy=getattr(args, "mamba_radix_cache_strategy", None),
         mamba_full_memory_ratio=args.mamba_full_memory_ratio if args.mamba_full_memory_ratio is not None else 0.9,
         max_mamba_cache_size=args.max_mamba_cache_size,
         page_size=args.page_size or 1,

@@ -62,5 +62,5 @@ def test_facts_is_cached_per_version():
 
 
 def test_kernel_cuda_libraries_for_the_probe():
-    # what _runtime_probe.DEFAULT_LIBRARIES holds today for the 0.5 line
+    # what _runtime_probe.default_libraries loads for the 0.5 line
     assert rel.fact("kernel_cuda_libraries", "0.5.11") == ("libcudart.so.{major}",)
