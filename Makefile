@@ -40,7 +40,8 @@ real:
 ## the canary, and its failure stops the rollout before ct200).
 ## Then the real-SGLang host cpu-real (real SGLang 0.5.11 on CPU under the role's
 ## unit, lab/hosts/cpu-real): its CPU variant, a switch to cpu-small, cpu-ngram
-## refused by real SGLang at start (the playbook exits 2) and rolled back to
+## refused by real SGLang's argument checks in the preflight (nothing changes;
+## the playbook exits 2), cpu-triton dying at start (exit 2) and rolled back to
 ## cpu-small, checked from its history by lab/playbooks/real_job.yml.
 lab: setup real
 	lab/labctl up

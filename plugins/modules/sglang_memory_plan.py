@@ -105,7 +105,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 plans:
-  description: Variant name to its plan (see the README's planner section for every field).
+  description: Variant name to its plan (see docs/planner.md for every field).
   returned: success
   type: dict
   sample:
