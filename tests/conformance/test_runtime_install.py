@@ -108,7 +108,7 @@ def test_role_default_pins_have_a_shipped_lock():
     torch = re.search(r"^sglang_runtime_torch_version: .*default\('([^']+)'", defaults, re.M).group(1)
     cuda = re.search(r"^sglang_runtime_cuda_version: .*default\('([^']+)'", defaults, re.M).group(1)
     assert f"cu{cuda.replace('.', '')}" == CUDA_TAG
-    public, _, local = torch.partition("+")
+    public, _sep, local = torch.partition("+")
     assert local == CUDA_TAG
     assert pins(constraints_file(sglang))["torch"] == public
 
@@ -147,7 +147,7 @@ def test_cached_venv_is_the_lock_and_imports(real, release):
     assert check.returncode == 0, check.stdout + check.stderr
 
     freeze = run([py, "-m", "pip", "freeze", "--all"])
-    installed = {normalize(n): v for n, _, v in (line.partition("==") for line in freeze.stdout.splitlines())}
+    installed = {normalize(n): v for n, _sep, v in (line.partition("==") for line in freeze.stdout.splitlines())}
     assert installed.pop("sglang") == release
     assert installed == pins(constraints_file(release))
 
@@ -197,13 +197,13 @@ class Index:
     def result(self, name: str) -> dict[str, str]:
         """name -> version of everything the resolution would install."""
         proc, report = self.running[name]
-        out, _ = proc.communicate(timeout=600)
+        out, _skip = proc.communicate(timeout=600)
         assert proc.returncode == 0, out[-3000:]
         return {normalize(item["metadata"]["name"]): item["metadata"]["version"]
                 for item in json.loads(report.read_text())["install"]}
 
     def stop(self) -> None:
-        for proc, _ in self.running.values():
+        for proc, _skip in self.running.values():
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()

@@ -68,7 +68,7 @@ def anchors(path: Path) -> set[str]:
     """Every anchor a Markdown file offers: its headings' (GitHub style) and explicit <a name/id>."""
     seen: dict[str, int] = {}
     found = set()
-    for _, line in _prose_lines(path.read_text(encoding="utf-8")):
+    for _skip, line in _prose_lines(path.read_text(encoding="utf-8")):
         found.update(HTML_ANCHOR.findall(line))
         m = HEADING.match(line)
         if not m:
@@ -99,7 +99,7 @@ def broken_links(files, root: Path = ROOT) -> list[str]:
             if SCHEME.match(target) or target.startswith("//"):
                 continue
             where = f"{path.relative_to(root) if path.is_relative_to(root) else path}:{number}: {target}"
-            file_part, _, anchor = target.partition("#")
+            file_part, _sep, anchor = target.partition("#")
             file_part = unquote(file_part.split("?", 1)[0])
             if file_part.startswith("/"):
                 dest = root / file_part.lstrip("/")  # GitHub resolves /x from the repository root

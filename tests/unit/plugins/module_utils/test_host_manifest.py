@@ -39,16 +39,17 @@ def ct129_facts(tmp_path, monkeypatch, fake_nvidia_smi, capsys):
     monkeypatch.setenv("SGLANG_SIM_STATE", str(tmp_path / "gpu"))
     fake_nvidia_smi()
     args = {"model_path": str(MODELS / "Qwen3.6-27B"), "tp_size": 2, "gpus": [0, 2], "container_checks": "never"}
-    rc, result, _ = run_module(gpu_facts.main, capsys, args)
+    rc, result, _skip = run_module(gpu_facts.main, capsys, args)
     assert rc == 0, result
     return result["ansible_facts"]["inferops_gpus"]
 
 
-def probe(ok=True, errors=None, environment=ENV, **more):
+def probe(ok=True, errors=None, environment="proved", **more):
+    """A probe result; environment "proved" is ENV, None leaves the key out (an older probe)."""
     result = {"changed": False, "ok": ok, "errors": list(errors or []), "installed": RUNTIME["installed"],
               "ld_library_path": "/usr/local/cuda-13.0/lib64", "checks": ["versions", "torch", "libraries", "dependencies"]}
     if environment is not None:
-        result["environment"] = dict(environment)
+        result["environment"] = dict(ENV if environment == "proved" else environment)
     result.update(more)
     return result
 
@@ -215,7 +216,7 @@ def test_overrides_win(ct129_facts):
 def test_tp_alone_takes_the_first_usable_gpus(ct129_facts):
     settings, sources, problems, _w = hm.settings(manifest(ct129_facts), tp_size=1)
     assert (settings["tp_size"], settings["gpu_devices"], sources["gpu_devices"], problems) == (1, [0], "manifest", [])
-    settings, _, problems, _w = hm.settings(manifest(ct129_facts), tp_size=4)
+    settings, _skip, problems, _w = hm.settings(manifest(ct129_facts), tp_size=4)
     assert problems == ["sglang_service_tp_size 4 needs 4 GPUs; the host manifest has 2 usable ([0, 2])"]
 
 
@@ -223,23 +224,23 @@ def test_devices_alone_set_the_tp_size(ct129_facts):
     settings, sources, problems, _w = hm.settings(manifest(ct129_facts), gpu_devices=[0])
     assert (settings["tp_size"], sources["tp_size"], problems) == (1, "gpu_devices", [])
     # as -e gives them on the command line
-    settings, _, problems, _w = hm.settings(manifest(ct129_facts), gpu_devices="2, 3")
+    settings, _skip, problems, _w = hm.settings(manifest(ct129_facts), gpu_devices="2, 3")
     assert (settings["gpu_devices"], settings["tp_size"], problems) == ([2, 3], 2, [])
-    _, _, problems, _w = hm.settings(manifest(ct129_facts), gpu_devices="two")
+    _skip, _skip2, problems, _w = hm.settings(manifest(ct129_facts), gpu_devices="two")
     assert problems == ["sglang_service_gpu_devices must be a list of GPU indexes, got ['two']"]
 
 
 def test_an_override_on_a_lost_gpu_wins_with_a_warning(ct129_facts):
-    settings, _, problems, warnings = hm.settings(manifest(ct129_facts), gpu_devices=[0, 1])
+    settings, _skip, problems, warnings = hm.settings(manifest(ct129_facts), gpu_devices=[0, 1])
     assert problems == [] and settings["gpu_devices"] == [0, 1]
     assert warnings == ["GPU 1 was unusable when the host was provisioned: GPU is lost. Reboot the system to recover this GPU"]
-    _, _, _, warnings = hm.settings(manifest(ct129_facts), tp_size=3, gpu_devices=[0, 2, 3])
+    _skip, _skip2, _skip3, warnings = hm.settings(manifest(ct129_facts), tp_size=3, gpu_devices=[0, 2, 3])
     assert warnings == ["tp_size 3 is not among the TP sizes provisioning found valid on this host (1, 2)"]
     assert hm.settings(manifest(ct129_facts))[3] == []
 
 
 def test_no_manifest_needs_every_setting():
-    _, _, problems, _w = hm.settings(None)
+    _skip, _skip2, problems, _w = hm.settings(None)
     assert "the host manifest has none (run provision.yml)" in problems[0]
     settings, sources, problems, _w = hm.settings(None, tp_size=1, gpu_devices=[0], environment={"A": "b"})
     assert problems == [] and settings == {"tp_size": 1, "gpu_devices": [0], "python": hm.FALLBACK_PYTHON,
@@ -248,7 +249,7 @@ def test_no_manifest_needs_every_setting():
 
 
 def test_use_environment_false_gives_only_the_extra(ct129_facts):
-    settings, _, _, _w = hm.settings(manifest(ct129_facts), environment={"A": "b"}, use_environment=False)
+    settings, _skip, _skip2, _w = hm.settings(manifest(ct129_facts), environment={"A": "b"}, use_environment=False)
     assert settings["environment"] == {"A": "b"}
 
 

@@ -58,12 +58,12 @@ def paths(tmp_path, monkeypatch):
 def write(capsys, paths, probe, check_mode=False, **more):
     args = dict(state="present", gpus=GPUS, cuda={"version": "13.0", "home": "/usr/local/cuda-13.0"}, runtime=RUNTIME,
                 probe=probe, provenance={"run": more.pop("run", "run-1")}, **paths, **more)
-    rc, result, _ = run_module(module.main, capsys, args, check_mode=check_mode)
+    rc, result, _skip = run_module(module.main, capsys, args, check_mode=check_mode)
     return rc, result
 
 
 def read(capsys, paths, **args):
-    rc, result, _ = run_module(module.main, capsys, dict(state="read", variants=VARIANTS, aliases=ALIASES, **paths, **args),
+    rc, result, _skip = run_module(module.main, capsys, dict(state="read", variants=VARIANTS, aliases=ALIASES, **paths, **args),
                                check_mode=True)
     return rc, result
 
