@@ -63,8 +63,8 @@ def write(capsys, paths, probe, check_mode=False, **more):
 
 
 def read(capsys, paths, **args):
-    rc, result, _skip = run_module(module.main, capsys, dict(state="read", variants=VARIANTS, aliases=ALIASES, **paths, **args),
-                               check_mode=True)
+    args = dict(state="read", variants=VARIANTS, aliases=ALIASES, **paths, **args)
+    rc, result, _skip = run_module(module.main, capsys, args, check_mode=True)
     return rc, result
 
 
