@@ -111,7 +111,9 @@ def progress_of(lines: list[tuple[float, str]]) -> list[tuple[float, re.Match]]:
 
 
 def test_a_ready_server_shows_progress_while_the_task_runs_and_the_task_is_ok(tmp_path, server):
-    pid, port, log = server(bind_after=3, ready_after=2)
+    # The server's clock starts before ansible-playbook does (a few seconds on a loaded
+    # machine): its start-up lasts long enough that the gate still sees several seconds of it.
+    pid, port, log = server(bind_after=6, ready_after=2)
     rc, lines, results = play(tmp_path, pid, port, log)
     out = "\n".join(line for when, line in lines)
     assert rc == 0, out
@@ -137,7 +139,9 @@ def test_a_ready_server_shows_progress_while_the_task_runs_and_the_task_is_ok(tm
 
 
 def test_a_server_that_dies_fails_the_task_with_the_modules_message(tmp_path, server):
-    pid, port, log = server(bind_after=1, ready_after=60, exit_after=2)
+    # It dies 8 s after it starts, so the gate (after ansible-playbook's own start) still
+    # watches it for a few seconds and prints progress before the death.
+    pid, port, log = server(bind_after=1, ready_after=60, exit_after=8)
     rc, lines, results = play(tmp_path, pid, port, log)
     out = "\n".join(line for when, line in lines)
     live = task_lines(lines, "gate with live progress")
