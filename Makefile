@@ -10,14 +10,13 @@ export NO_PROXY := 127.0.0.1,localhost
 
 .PHONY: setup real lab lab-down test lint sanity units conformance molecule bench bench-plan bench-fleet
 
+# The venvs live in the per-user cache, keyed by their inputs (.ci/venv.sh).
 $(VENV)/.stamp: requirements.txt
-	python3 -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check -r requirements.txt
-	touch $@
+	.ci/venv.sh $(VENV) -r requirements.txt
 
 $(SANITY_VENV)/.stamp: requirements.txt
-	python3 -m venv $(SANITY_VENV)
-	$(SANITY_VENV)/bin/pip install -q --disable-pip-version-check "$$(grep '^ansible-core==' requirements.txt)"
+	mkdir -p .cache
+	.ci/venv.sh $(SANITY_VENV) "$$(grep '^ansible-core==' requirements.txt)"
 	mkdir -p ~/.ansible/test/cache
 	cp tests/sanity/get_pip_offline.py ~/.ansible/test/cache/get_pip_24_2.py
 	touch $@
@@ -81,11 +80,16 @@ bench-fleet: setup
 	python lab/bench/rollout.py --down
 
 ## Every check: lint, sanity, unit tests, conformance against real SGLang,
-## molecule scenarios.
-test: setup lint sanity units conformance molecule
+## molecule scenarios. The first four parts run two at a time (each is one
+## process; this machine has two cores), lint and sanity niced so that the unit
+## tests' real processes keep a core; make prints each part's output whole when
+## it ends. Then conformance and molecule, one after the other.
+test: setup
+	$(MAKE) --no-print-directory -j2 --output-sync=target real lint sanity units NICE="nice -n 10"
+	$(MAKE) --no-print-directory conformance molecule
 
 lint: $(VENV)/.stamp
-	ansible-lint
+	$(NICE) ansible-lint
 
 # ansible-test needs the collection at ansible_collections/<ns>/<name> and outside
 # any other git work tree; collections/ (the link to this tree) stays behind.
@@ -96,7 +100,7 @@ sanity: $(SANITY_VENV)/.stamp
 	  git ls-files --cached --others --exclude-standard | grep -v '^collections/' \
 	    | tar -cT - | tar -xC $$dir/ansible_collections/inferops/sglang && \
 	  cd $$dir/ansible_collections/inferops/sglang && \
-	  $(CURDIR)/$(SANITY_VENV)/bin/ansible-test sanity --local --requirements --python 3.11 --color no
+	  $(NICE) $(CURDIR)/$(SANITY_VENV)/bin/ansible-test sanity --local --requirements --python 3.11 --color no
 
 units: $(VENV)/.stamp
 	python -m pytest tests/unit
