@@ -283,7 +283,7 @@ def main() -> None:
 
     try:
         if p["state"] in ("commit", "rollback"):
-            journal = ddtree.held(site)
+            journal = ddtree.held(site, p["manifest"])
             if journal is None:
                 result["manifest"] = ddtree.read_manifest(p["manifest"])
                 result["msg"] = "no build is held: nothing to " + p["state"]
@@ -296,20 +296,20 @@ def main() -> None:
                 result["manifest"] = after if p["state"] == "commit" else journal.get("manifest_before")
                 module.exit_json(**result)
             if p["state"] == "commit":
-                result["manifest"] = ddtree.commit(site)
+                result["manifest"] = ddtree.commit(site, p["manifest"])
             else:
-                result["recovered"] = ddtree.roll_back(site)
+                result["recovered"] = ddtree.roll_back(site, p["manifest"])
                 result["manifest"] = ddtree.read_manifest(p["manifest"])
             module.exit_json(**result)
-        if ddtree.pending(site) is not None:
+        journal = ddtree.pending(site, p["manifest"])
+        if journal is not None:
             if module.check_mode:
-                journal = ddtree.pending(site) or {}
                 result.update(changed=True, manifest=ddtree.read_manifest(p["manifest"]),
                               recovered=[e["path"] for e in journal.get("entries", [])
                                          if ddtree.sha256_file(os.path.join(site, e["path"])) != e["before"]],
                               msg="an interrupted build is pending: a real run rolls it back first")
                 module.exit_json(**result)
-            result["recovered"] = ddtree.roll_back(site)
+            result["recovered"] = ddtree.roll_back(site, p["manifest"])
             result["changed"] = bool(result["recovered"])
         if p["state"] == "absent":
             manifest, ops = ddtree.plan_revert(site, p["manifest"])
@@ -349,7 +349,7 @@ def main() -> None:
             result["manifest"] = dict(plan.manifest, applied_by=built_by)
         else:
             result["manifest"] = ddtree.apply(site, plan, p["manifest"], built_by, p["hold"])
-            result["held"] = ddtree.held(site) is not None
+            result["held"] = ddtree.held(site, p["manifest"]) is not None
     except ddtree.DDTreeError as exc:
         module.fail_json(msg=str(exc), **result)
     module.exit_json(**result)

@@ -204,7 +204,7 @@ def test_an_error_part_way_puts_every_file_back(env, monkeypatch):
     with pytest.raises(d.DDTreeError, match="interrupted .*No space left on device.* put back"):
         build(site, manifest)
     assert len(calls) == 2 and tree(Path(site)) == before
-    assert not Path(manifest).exists() and d.pending(site) is None
+    assert not Path(manifest).exists() and d.pending(site, manifest) is None
 
 
 CRASH = """
@@ -233,12 +233,12 @@ def test_a_killed_apply_is_rolled_back_by_the_next_run_which_then_completes(env,
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     half = tree(Path(site))
     assert sum(half.get(k) != before.get(k) for k in set(half) | set(before)) == after  # really half applied
-    journal = d.pending(site)
+    journal = d.pending(site, manifest)
     assert journal is not None and len(journal["entries"]) == 3
     assert json.loads(Path(manifest).read_text())["state"] == "applying"  # a deploy can tell it is not a build
 
-    assert sorted(d.roll_back(site)) == sorted(e["path"] for e in journal["entries"][:after])
-    assert tree(Path(site)) == before and not Path(manifest).exists() and d.pending(site) is None
+    assert sorted(d.roll_back(site, manifest)) == sorted(e["path"] for e in journal["entries"][:after])
+    assert tree(Path(site)) == before and not Path(manifest).exists() and d.pending(site, manifest) is None
     build(site, manifest)
     assert json.loads(Path(manifest).read_text())["state"] == "applied"
     assert import_in(venv) == "DDTREE True ['libcudart.so.12']"
