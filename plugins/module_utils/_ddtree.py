@@ -33,6 +33,28 @@ transaction (the manifest says ``applied``); ``roll_back`` puts every file and
 the manifest back as they were before: the previous build, or none. A run that
 dies while a build is held leaves it pending, and the next run rolls it back:
 a build nobody proved is never left behind.
+
+The module runs as root and trusts nothing it did not write itself. Every
+file a build touches is under the ``sglang`` package directory (``confined``):
+the patched files all are, while a file anywhere else at the top of
+site-packages (a ``.pth`` file, ``sitecustomize.py``, a package shadowing
+another) runs in every interpreter over the venv, root's probes included. A
+``.pth`` file is refused anywhere. Every existing component of a path is
+lstat'ed and a symbolic link is refused, out of the tree or in it (pip lays no
+links in a package; through a link the file replaced is not the file hashed).
+The journal is acted on only once validated (``pending``): a regular file of
+the running user in a work directory of that user, neither writable by group
+or others; its self-checksum (SHA-256 over its canonical JSON) matching; this
+run's manifest; the module's own stage; every entry confined, its staged
+copies the stage's own names, and every saved copy to be put back matching
+its recorded SHA-256. The checksum catches a journal edited, truncated or
+written by anything that did not recompute it; it is not a signature (whoever
+can write as root could forge one): what bounds a forged journal is the
+confinement. The manifest is read the same way (a regular file of the running
+user, its files confined) and the originals directory is reached without a
+link. The paths are checked when the build is planned and again just before
+each file is replaced; a writer racing the module inside a site-packages it
+can write is not defended against (the venv is root's, 0755).
 """
 
 from __future__ import annotations
@@ -497,7 +519,10 @@ def pending(site: str, manifest_path: str) -> dict | None:
         _refuse_journal(path, str(exc))
     if journal is None:
         return None
-    if journal.get("checksum") != journal_checksum(journal):
+    if "checksum" not in journal:
+        _refuse_journal(path, "it has no checksum (written by hand, or by a collection older than journal format "
+                              f"{JOURNAL_FORMAT})")
+    if journal["checksum"] != journal_checksum(journal):
         _refuse_journal(path, "its checksum does not match its content (edited, truncated or not written by this "
                               "module)")
     if set(journal) != JOURNAL_KEYS or journal["format"] != JOURNAL_FORMAT:
@@ -821,6 +846,13 @@ def apply(site: str, plan: Plan, manifest_path: str, built_by: str, hold: bool =
     if not plan.changed and before is not None:
         return before
     backups_dir = originals_dir(manifest_path)
+    if plan.backups:
+        # Its own mode, not the umask's: the directory is checked (no link, not writable by others) on every use.
+        os.makedirs(os.path.dirname(backups_dir), exist_ok=True)
+        try:
+            os.mkdir(backups_dir, 0o700)
+        except FileExistsError:
+            pass
     for path, data in plan.backups.items():
         target = backup_path(backups_dir, path)
         if sha256_file(target) != sha256_bytes(data):
