@@ -33,6 +33,28 @@ transaction (the manifest says ``applied``); ``roll_back`` puts every file and
 the manifest back as they were before: the previous build, or none. A run that
 dies while a build is held leaves it pending, and the next run rolls it back:
 a build nobody proved is never left behind.
+
+The module runs as root and trusts nothing it did not write itself. Every
+file a build touches is under the ``sglang`` package directory (``confined``):
+the patched files all are, while a file anywhere else at the top of
+site-packages (a ``.pth`` file, ``sitecustomize.py``, a package shadowing
+another) runs in every interpreter over the venv, root's probes included. A
+``.pth`` file is refused anywhere. Every existing component of a path is
+lstat'ed and a symbolic link is refused, out of the tree or in it (pip lays no
+links in a package; through a link the file replaced is not the file hashed).
+The journal is acted on only once validated (``pending``): a regular file of
+the running user in a work directory of that user, neither writable by group
+or others; its self-checksum (SHA-256 over its canonical JSON) matching; this
+run's manifest; the module's own stage; every entry confined, its staged
+copies the stage's own names, and every saved copy to be put back matching
+its recorded SHA-256. The checksum catches a journal edited, truncated or
+written by anything that did not recompute it; it is not a signature (whoever
+can write as root could forge one): what bounds a forged journal is the
+confinement. The manifest is read the same way (a regular file of the running
+user, its files confined) and the originals directory is reached without a
+link. The paths are checked when the build is planned and again just before
+each file is replaced; a writer racing the module inside a site-packages it
+can write is not defended against (the venv is root's, 0755).
 """
 
 from __future__ import annotations
@@ -45,12 +67,19 @@ import os
 import posixpath
 import re
 import shutil
+import stat
 import tempfile
 import typing as t
 
 WORK_DIR = ".inferops-ddtree"
 JOURNAL = "journal.json"
+JOURNAL_FORMAT = 2
 MANIFEST_FORMAT = 1
+PACKAGE = "sglang"
+STAGE_RE = re.compile(r"^stage-[a-z0-9_]{8}$")
+JOURNAL_KEYS = frozenset(("format", "stage", "entries", "manifest", "manifest_before", "held", "manifest_after",
+                          "sglang_version", "checksum"))
+ENTRY_KEYS = frozenset(("path", "before", "after", "new", "old"))
 SOURCES = ("patch", "overlay")
 HUNK_RE = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -112,6 +141,65 @@ def safe_relpath(path: str, what: str) -> str:
     if parts[0] == WORK_DIR or parts[0].endswith((".dist-info", ".egg-info")):
         raise DDTreeError(f"{what}: {path!r} is package metadata or the build's work directory, not a package file")
     return norm
+
+
+def confined(site: str, path: str, what: str) -> str:
+    """The absolute path of ``path``, a file the build may touch: under the ``sglang`` package directory of
+    ``site``, not a ``.pth`` file, and reached without a symbolic link. Every existing component is lstat'ed:
+    a link (in the tree or out of it), a component that is not a directory, or a target that is not a regular
+    file is refused. Components that do not exist yet are not checked (nothing below them can be a link)."""
+    rel = safe_relpath(path, what)
+    parts = rel.split("/")
+    if parts[-1].lower().endswith(".pth"):
+        raise DDTreeError(f"{what}: {rel} is a .pth file, which Python runs at the start of every interpreter over "
+                          "this site-packages (root's included): a build never creates or changes one")
+    if parts[0] != PACKAGE or len(parts) < 2:
+        raise DDTreeError(f"{what}: {rel} is outside the {PACKAGE} package: a build only touches files under "
+                          f"{PACKAGE}/ in site-packages")
+    return _no_links(site, parts, what)
+
+
+def _no_links(root: str, parts: list[str], what: str) -> str:
+    current = root
+    for number, part in enumerate(parts, 1):
+        current = os.path.join(current, part)
+        try:
+            info = os.lstat(current)
+        except FileNotFoundError:
+            return os.path.join(root, *parts)
+        if stat.S_ISLNK(info.st_mode):
+            raise DDTreeError(f"{what}: {current} is a symbolic link (to {os.readlink(current)}); the build follows "
+                              f"no link under {root}, in the tree or out of it")
+        if number < len(parts) and not stat.S_ISDIR(info.st_mode):
+            raise DDTreeError(f"{what}: {current} is not a directory")
+        if number == len(parts) and not stat.S_ISREG(info.st_mode):
+            raise DDTreeError(f"{what}: {current} is not a regular file")
+    return current
+
+
+def backup_path(backups_dir: str, path: str) -> str:
+    """Where the original of ``path`` is kept: under the originals directory, reached without a link, the
+    directory itself a real directory of the user running the build."""
+    try:
+        info = os.lstat(backups_dir)
+    except FileNotFoundError:
+        info = None
+    if info is not None:
+        if not stat.S_ISDIR(info.st_mode):
+            raise DDTreeError(f"the originals directory {backups_dir} is not a directory (a symbolic link?): "
+                              "it was not made by this module; move it away")
+        _own(backups_dir, info, "the originals directory")
+    return _no_links(backups_dir, safe_relpath(path, "originals").split("/"), "the kept original")
+
+
+def _own(path: str, info: os.stat_result, what: str) -> None:
+    """Refuse what the user running the build did not write, or what others could have changed."""
+    if info.st_uid != os.geteuid():
+        raise DDTreeError(f"{what} {path} is owned by uid {info.st_uid}, not by the user running the build "
+                          f"(uid {os.geteuid()}): this module did not write it; it is not trusted")
+    if info.st_mode & 0o022:
+        raise DDTreeError(f"{what} {path} is writable by group or others (mode {stat.S_IMODE(info.st_mode):04o}): "
+                          "it is not trusted")
 
 
 # -- the installed package -------------------------------------------------
@@ -337,17 +425,55 @@ def write_json(path: str, data: dict) -> None:
     write_atomic(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
 
 
-def read_manifest(path: str) -> dict | None:
-    if not os.path.exists(path):
-        return None
+def _read_own(path: str, what: str) -> dict | None:
+    """A JSON file this module wrote: a regular file (not a link) of the user running the build, not writable by
+    group or others, read without following a link. None when it does not exist."""
     try:
-        with open(path, "r", encoding="utf-8") as handle:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        raise DDTreeError(f"{what} {path} is not a regular file (a symbolic link?): this module did not write it; "
+                          "it is not trusted")
+    _own(path, info, what)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        with os.fdopen(fd, "r", encoding="utf-8") as handle:
             data = json.load(handle)
     except (OSError, ValueError) as exc:
-        raise DDTreeError(f"the build manifest {path} is unreadable ({exc}); move it away only if no build is applied")
-    if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
+        raise DDTreeError(f"{what} {path} is unreadable ({exc})") from exc
+    if not isinstance(data, dict):
+        raise DDTreeError(f"{what} {path} is not a JSON object")
+    return data
+
+
+def read_manifest(path: str) -> dict | None:
+    try:
+        data = _read_own(path, "the build manifest")
+    except DDTreeError as exc:
+        raise DDTreeError(f"{exc}; move it away only if no build is applied") from exc
+    if data is not None and data.get("format") != MANIFEST_FORMAT:
         raise DDTreeError(f"the build manifest {path} is not a format {MANIFEST_FORMAT} manifest")
     return data
+
+
+def _sha_or_none(value: t.Any) -> bool:
+    return value is None or (isinstance(value, str) and bool(SHA256_RE.match(value)))
+
+
+def applied_files(site: str, manifest: dict, manifest_path: str) -> dict[str, dict]:
+    """Path -> file record of the build in ``manifest``, every path confined as the build's own."""
+    files = manifest.get("files")
+    if not isinstance(files, list):
+        raise DDTreeError(f"the build manifest {manifest_path} lists no files")
+    out: dict[str, dict] = {}
+    for record in files:
+        if not (isinstance(record, dict) and isinstance(record.get("path"), str)
+                and _sha_or_none(record.get("original_sha256")) and _sha_or_none(record.get("result_sha256"))):
+            raise DDTreeError(f"the build manifest {manifest_path} has a malformed file record: {record!r}")
+        path = confined(site, record["path"], f"the build manifest {manifest_path}")
+        out[os.path.relpath(path, site)] = record
+    return out
 
 
 def originals_dir(manifest_path: str) -> str:
@@ -358,29 +484,114 @@ def journal_path(site: str) -> str:
     return os.path.join(site, WORK_DIR, JOURNAL)
 
 
-def pending(site: str) -> dict | None:
-    """The journal of an interrupted transaction, None when there is none."""
+def journal_checksum(journal: dict) -> str:
+    """SHA-256 over the journal's canonical JSON, its own checksum left out."""
+    body = {k: v for k, v in journal.items() if k != "checksum"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()).hexdigest()
+
+
+def _refuse_journal(path: str, why: str) -> t.NoReturn:
+    raise DDTreeError(f"the build journal {path} is not trusted: {why}. Nothing was changed; if no build of this "
+                      "module is under way, check the SGLang files (reinstall the pinned SGLang) and remove "
+                      f"{os.path.dirname(path)}")
+
+
+def pending(site: str, manifest_path: str) -> dict | None:
+    """The journal of an interrupted (or held) transaction, None when there is none. It is validated before
+    anything acts on it, and refused (DDTreeError) unless all of this holds: the work directory and the journal
+    are a real directory and a regular file (no link) of the user running the build, not writable by group or
+    others; the journal's checksum matches its content; it names this run's manifest; its stage is the module's
+    own (``stage-XXXXXXXX`` in the work directory, a real directory of that user); every entry's path is
+    confined as a build's file (``confined``) and its staged copies are the stage's own names; and every saved
+    copy a roll-back would put back is a regular file whose SHA-256 is the one recorded."""
+    work = os.path.join(site, WORK_DIR)
     path = journal_path(site)
-    if not os.path.exists(path):
+    try:
+        info = os.lstat(work)
+    except FileNotFoundError:
         return None
-    with open(path, "r", encoding="utf-8") as handle:
-        return json.load(handle)
+    if not stat.S_ISDIR(info.st_mode):
+        _refuse_journal(path, f"the work directory {work} is not a directory (a symbolic link?)")
+    try:
+        _own(work, info, "the work directory")
+        journal = _read_own(path, "the journal")
+    except DDTreeError as exc:
+        _refuse_journal(path, str(exc))
+    if journal is None:
+        return None
+    if "checksum" not in journal:
+        _refuse_journal(path, "it has no checksum (written by hand, or by a collection older than journal format "
+                              f"{JOURNAL_FORMAT})")
+    if journal["checksum"] != journal_checksum(journal):
+        _refuse_journal(path, "its checksum does not match its content (edited, truncated or not written by this "
+                              "module)")
+    if set(journal) != JOURNAL_KEYS or journal["format"] != JOURNAL_FORMAT:
+        _refuse_journal(path, f"it is not a format {JOURNAL_FORMAT} journal")
+    if journal["manifest"] != os.path.abspath(manifest_path):
+        _refuse_journal(path, f"it names the manifest {journal['manifest']!r}, this run's is {manifest_path}")
+    stage = journal["stage"]
+    if not (isinstance(stage, str) and os.path.dirname(stage) == work and STAGE_RE.match(os.path.basename(stage))):
+        _refuse_journal(path, f"its stage {stage!r} is not the module's own (stage-XXXXXXXX in {work})")
+    try:
+        info = os.lstat(stage)
+    except FileNotFoundError:
+        _refuse_journal(path, f"its stage {stage} does not exist")
+    if not stat.S_ISDIR(info.st_mode):
+        _refuse_journal(path, f"its stage {stage} is not a directory (a symbolic link?)")
+    try:
+        _own(stage, info, "the stage")
+    except DDTreeError as exc:
+        _refuse_journal(path, str(exc))
+    if not isinstance(journal["held"], bool) or not all(
+            journal[k] is None or isinstance(journal[k], dict) for k in ("manifest_before", "manifest_after")):
+        _refuse_journal(path, "its held state or manifests are malformed")
+    entries = journal["entries"]
+    if not isinstance(entries, list):
+        _refuse_journal(path, "its entries are not a list")
+    seen = set()
+    for number, entry in enumerate(entries):
+        if not (isinstance(entry, dict) and set(entry) == ENTRY_KEYS and isinstance(entry["path"], str)
+                and _sha_or_none(entry["before"]) and _sha_or_none(entry["after"])):
+            _refuse_journal(path, f"entry {number} is malformed: {entry!r}")
+        try:
+            target = confined(site, entry["path"], f"entry {number}")
+        except DDTreeError as exc:
+            _refuse_journal(path, str(exc))
+        if target in seen:
+            _refuse_journal(path, f"entry {number} names {entry['path']} twice")
+        seen.add(target)
+        for key, suffix, digest in (("new", "new", entry["after"]), ("old", "old", entry["before"])):
+            want = None if digest is None else os.path.join(stage, f"{number}.{suffix}")
+            if entry[key] != want:
+                _refuse_journal(path, f"entry {number}'s {key} copy {entry[key]!r} is not the stage's own ({want})")
+        if sha256_file(target) == entry["before"] or entry["before"] is None:
+            continue
+        try:
+            info = os.lstat(entry["old"])
+        except FileNotFoundError:
+            info = None
+        if info is None or not stat.S_ISREG(info.st_mode) or sha256_file(entry["old"]) != entry["before"]:
+            raise DDTreeError(f"cannot roll back {entry['path']}: its saved copy {entry['old']} is missing or changed "
+                              f"(not sha256 {entry['before']}); nothing was changed. Reinstall SGLang "
+                              f"{journal.get('sglang_version')} and remove {path}")
+    return journal
 
 
-def roll_back(site: str) -> list[str]:
+def roll_back(site: str, manifest_path: str) -> list[str]:
     """Undo an interrupted transaction: every file back to what it was before it began, and the
-    manifest too. Returns the files put back. Safe to run again if it is itself interrupted."""
-    journal = pending(site)
+    manifest too. Returns the files put back. Safe to run again if it is itself interrupted.
+    The journal is validated (``pending``) before anything is touched."""
+    journal = pending(site, manifest_path)
     if journal is None:
         return []
     restored = []
     for entry in reversed(journal["entries"]):
-        target = os.path.join(site, entry["path"])
+        target = confined(site, entry["path"], "roll back")
         if sha256_file(target) == entry["before"]:
             continue
         if entry["before"] is None:
             os.unlink(target)
-        elif entry["old"] and os.path.exists(entry["old"]) and sha256_file(entry["old"]) == entry["before"]:
+        elif sha256_file(entry["old"]) == entry["before"]:
             os.replace(entry["old"], target)
         else:
             raise DDTreeError(f"cannot roll back {entry['path']}: its saved copy {entry['old']} is missing or changed; "
@@ -389,7 +600,7 @@ def roll_back(site: str) -> list[str]:
         _fsync_dir(os.path.dirname(target))
     before = journal.get("manifest_before")
     if before is None:
-        if os.path.exists(journal["manifest"]):
+        if os.path.lexists(journal["manifest"]):
             os.unlink(journal["manifest"])
     else:
         write_json(journal["manifest"], before)
@@ -402,16 +613,16 @@ def roll_back(site: str) -> list[str]:
     return restored
 
 
-def held(site: str) -> dict | None:
+def held(site: str, manifest_path: str) -> dict | None:
     """The journal of a build applied and held for its probe, None when there is none."""
-    journal = pending(site)
+    journal = pending(site, manifest_path)
     return journal if journal is not None and journal.get("held") else None
 
 
-def commit(site: str) -> dict | None:
+def commit(site: str, manifest_path: str) -> dict | None:
     """End a held transaction: the build stays, its manifest says ``applied``. Returns the
     manifest written, None when no build is held."""
-    journal = held(site)
+    journal = held(site, manifest_path)
     if journal is None:
         return None
     for entry in journal["entries"]:
@@ -437,16 +648,27 @@ def transact(site: str, ops: dict[str, bytes | None], manifest_path: str, manife
              manifest_during: dict, manifest_after: dict, hold: bool = False) -> None:
     """Lay ``ops`` (path -> new bytes, None = remove) over site-packages, all or nothing. With ``hold``
     the transaction stays open once the files are in place (manifest ``pending``): commit() or
-    roll_back() ends it."""
+    roll_back() ends it. Every path is confined (``confined``) before anything changes, and again
+    just before its file is replaced."""
+    for path in ops:
+        confined(site, path, "the build")
     work = os.path.join(site, WORK_DIR)
-    os.makedirs(work, mode=0o700, exist_ok=True)
-    if os.path.exists(journal_path(site)):
+    try:
+        os.mkdir(work, 0o700)
+    except FileExistsError:
+        pass
+    info = os.lstat(work)
+    if not stat.S_ISDIR(info.st_mode):
+        raise DDTreeError(f"the work directory {work} is not a directory (a symbolic link?): this module did not make "
+                          "it; move it away")
+    _own(work, info, "the work directory")
+    if os.path.lexists(journal_path(site)):
         raise DDTreeError(f"an interrupted build is pending ({journal_path(site)}); it must be rolled back first")
     stage = tempfile.mkdtemp(prefix="stage-", dir=work)
     entries = []
     try:
         for number, (path, data) in enumerate(sorted(ops.items())):
-            target = os.path.join(site, path)
+            target = confined(site, path, "the build")
             entry = {"path": path, "before": sha256_file(target), "after": sha256_bytes(data), "new": None, "old": None}
             if data is not None:
                 entry["new"] = os.path.join(stage, f"{number}.new")
@@ -470,21 +692,22 @@ def transact(site: str, ops: dict[str, bytes | None], manifest_path: str, manife
         shutil.rmtree(stage, ignore_errors=True)
         _tidy(site)
         raise
-    write_json(journal_path(site), {"stage": stage, "entries": entries, "manifest": manifest_path,
-                                    "manifest_before": manifest_before, "held": hold,
-                                    "manifest_after": manifest_after if hold else None,
-                                    "sglang_version": manifest_after.get("sglang_version")})
+    journal = {"format": JOURNAL_FORMAT, "stage": stage, "entries": entries, "manifest": os.path.abspath(manifest_path),
+               "manifest_before": manifest_before, "held": hold, "manifest_after": manifest_after if hold else None,
+               "sglang_version": manifest_after.get("sglang_version")}
+    journal["checksum"] = journal_checksum(journal)
+    write_atomic(journal_path(site), (json.dumps(journal, indent=2, sort_keys=True) + "\n").encode(), 0o600)
     try:
         write_json(manifest_path, manifest_during)
         for entry in entries:
-            target = os.path.join(site, entry["path"])
+            target = confined(site, entry["path"], "the build")
             if entry["new"] is not None:
                 replace_file(entry["new"], target)
             elif os.path.lexists(target):
                 os.unlink(target)
             _fsync_dir(os.path.dirname(target))
     except Exception as exc:
-        roll_back(site)
+        roll_back(site, manifest_path)
         raise DDTreeError(f"the build was interrupted ({exc}); every file was put back as it was") from exc
     if hold:
         write_json(manifest_path, dict(manifest_after, state="pending"))
@@ -519,7 +742,7 @@ def _read_input(src: str, expected: str, what: str) -> bytes:
 
 def _pristine(site: str, path: str, expected: dict[str, str], applied: dict[str, dict], backups_dir: str) -> bytes | None:
     """The pinned SGLang's content of ``path`` (None: SGLang has no such file), verified by checksum."""
-    target = os.path.join(site, path)
+    target = confined(site, path, path)
     current = read_optional(target)
     current_sha = sha256_bytes(current)
     if path in applied:
@@ -533,7 +756,7 @@ def _pristine(site: str, path: str, expected: dict[str, str], applied: dict[str,
                 "and move the manifest away")
         if record["original_sha256"] is None:
             return None
-        backup = read_optional(os.path.join(backups_dir, path))
+        backup = read_optional(backup_path(backups_dir, path))
         if sha256_bytes(backup) != record["original_sha256"]:
             raise DDTreeError(f"the saved original of {path} in {backups_dir} is missing or changed")
         return backup
@@ -568,12 +791,13 @@ def plan_apply(site: str, source: str, inputs: list[dict], sglang_version: str, 
     manifest = read_manifest(manifest_path)
     applied = {}
     if manifest and manifest.get("state") == "applied" and manifest.get("site_packages") == site:
-        applied = {f["path"]: f for f in manifest["files"]}
+        applied = applied_files(site, manifest, manifest_path)
     backups_dir = originals_dir(manifest_path)
     pristine: dict[str, bytes | None] = {}
     results: dict[str, bytes | None] = {}
 
-    def content(path: str) -> bytes | None:
+    def content(path: str, what: str = "the build manifest") -> bytes | None:
+        confined(site, path, what)
         if path not in pristine:
             pristine[path] = _pristine(site, path, expected, applied, backups_dir)
         return results[path] if path in results else pristine[path]
@@ -585,12 +809,13 @@ def plan_apply(site: str, source: str, inputs: list[dict], sglang_version: str, 
             if path in seen:
                 raise DDTreeError(f"overlay file {path} is listed twice")
             seen.add(path)
-            content(path)
+            content(path, "overlay file")
             results[path] = raw
     else:
         for item, raw in data:
             for file_patch in parse_patch(raw, item["name"], strip):
-                results[file_patch.path] = apply_file_patch(content(file_patch.path), file_patch, item["name"])
+                results[file_patch.path] = apply_file_patch(content(file_patch.path, item["name"]), file_patch,
+                                                            item["name"])
     for path in applied:
         content(path)
     return _finish(site, source, inputs, sglang_version, manifest, applied, pristine, results), results
@@ -621,8 +846,15 @@ def apply(site: str, plan: Plan, manifest_path: str, built_by: str, hold: bool =
     if not plan.changed and before is not None:
         return before
     backups_dir = originals_dir(manifest_path)
+    if plan.backups:
+        # Its own mode, not the umask's: the directory is checked (no link, not writable by others) on every use.
+        os.makedirs(os.path.dirname(backups_dir), exist_ok=True)
+        try:
+            os.mkdir(backups_dir, 0o700)
+        except FileExistsError:
+            pass
     for path, data in plan.backups.items():
-        target = os.path.join(backups_dir, path)
+        target = backup_path(backups_dir, path)
         if sha256_file(target) != sha256_bytes(data):
             write_atomic(target, data)
     record = dict(t.cast(dict, plan.manifest), applied_at=now(), applied_by=built_by)
@@ -637,7 +869,7 @@ def plan_revert(site: str, manifest_path: str) -> tuple[dict | None, dict[str, b
         return None, {}
     if manifest.get("site_packages") != site:
         raise DDTreeError(f"the build in {manifest_path} was applied to {manifest.get('site_packages')}, not {site}")
-    applied = {f["path"]: f for f in manifest["files"]}
+    applied = applied_files(site, manifest, manifest_path)
     ops: dict[str, bytes | None] = {}
     for path in sorted(applied):
         original = _pristine(site, path, {}, applied, originals_dir(manifest_path))

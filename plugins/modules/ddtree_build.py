@@ -131,6 +131,33 @@ options:
 notes:
   - The work directory C(.inferops-ddtree) next to the package holds the stage and the journal during a change only.
   - >-
+    The module runs as root and trusts nothing it did not write itself. Every file a build touches (patched,
+    created or removed) must be under the C(sglang) package directory of site-packages: the DDTree files all are,
+    and a file elsewhere at the top of site-packages (a C(.pth) file, C(sitecustomize.py), a package that shadows
+    another) would run in every interpreter started over the venv, root's probes included. A C(.pth) file is
+    refused anywhere, by an overlay or by a patch.
+  - >-
+    Every existing component of each path is checked with lstat; a symbolic link is refused whether it leads out of
+    the tree or stays in it (pip lays no links in a package, and through a link the file replaced would not be the
+    file hashed), as is a component that is not a directory or a target that is not a regular file. The paths are
+    checked when the build is planned, before anything changes, and again just before each file is replaced. A
+    writer racing the module inside site-packages is not defended against: the venv is root-owned, 0755.
+  - >-
+    The journal (C(.inferops-ddtree/journal.json)) that an interrupted or held run leaves is validated before
+    anything acts on it, and refused with nothing changed unless the work directory and the journal are a real
+    directory and a regular file (no link) of the user running the module, not writable by group or others; its
+    checksum (SHA-256 over its canonical JSON) matches; it names this run's O(manifest); its stage is the module's
+    own (C(stage-XXXXXXXX) in the work directory, a directory of that user); every entry's path is confined as
+    above and its staged copies are the stage's own; and every saved copy a roll-back would put back has the
+    SHA-256 recorded. The checksum catches a journal edited, truncated or written by anything that did not
+    recompute it; it is not a signature (whoever can write as root could forge one), so what bounds a planted
+    journal is the confinement. A journal written by an older version of this collection (no checksum) is refused:
+    roll it back with that version, or reinstall the pinned SGLang and remove the work directory.
+  - >-
+    The O(manifest) is read only if it is a regular file (no link) of the user running the module, not writable by
+    group or others, and every file it records is confined as above. The originals directory beside it is created
+    C(0700) and used only if it is a real directory of that user, with no link on the way to any kept original.
+  - >-
     Files the build adds are not in the package's C(RECORD): revert the build (O(state=absent)) before upgrading or
     uninstalling SGLang with pip.
 """
@@ -283,7 +310,7 @@ def main() -> None:
 
     try:
         if p["state"] in ("commit", "rollback"):
-            journal = ddtree.held(site)
+            journal = ddtree.held(site, p["manifest"])
             if journal is None:
                 result["manifest"] = ddtree.read_manifest(p["manifest"])
                 result["msg"] = "no build is held: nothing to " + p["state"]
@@ -296,20 +323,20 @@ def main() -> None:
                 result["manifest"] = after if p["state"] == "commit" else journal.get("manifest_before")
                 module.exit_json(**result)
             if p["state"] == "commit":
-                result["manifest"] = ddtree.commit(site)
+                result["manifest"] = ddtree.commit(site, p["manifest"])
             else:
-                result["recovered"] = ddtree.roll_back(site)
+                result["recovered"] = ddtree.roll_back(site, p["manifest"])
                 result["manifest"] = ddtree.read_manifest(p["manifest"])
             module.exit_json(**result)
-        if ddtree.pending(site) is not None:
+        journal = ddtree.pending(site, p["manifest"])
+        if journal is not None:
             if module.check_mode:
-                journal = ddtree.pending(site) or {}
                 result.update(changed=True, manifest=ddtree.read_manifest(p["manifest"]),
                               recovered=[e["path"] for e in journal.get("entries", [])
                                          if ddtree.sha256_file(os.path.join(site, e["path"])) != e["before"]],
                               msg="an interrupted build is pending: a real run rolls it back first")
                 module.exit_json(**result)
-            result["recovered"] = ddtree.roll_back(site)
+            result["recovered"] = ddtree.roll_back(site, p["manifest"])
             result["changed"] = bool(result["recovered"])
         if p["state"] == "absent":
             manifest, ops = ddtree.plan_revert(site, p["manifest"])
@@ -349,7 +376,7 @@ def main() -> None:
             result["manifest"] = dict(plan.manifest, applied_by=built_by)
         else:
             result["manifest"] = ddtree.apply(site, plan, p["manifest"], built_by, p["hold"])
-            result["held"] = ddtree.held(site) is not None
+            result["held"] = ddtree.held(site, p["manifest"]) is not None
     except ddtree.DDTreeError as exc:
         module.fail_json(msg=str(exc), **result)
     module.exit_json(**result)

@@ -9,6 +9,7 @@ import hashlib
 import importlib.util
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -146,3 +147,21 @@ def import_in(venv: Path) -> str:
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.strip()
+
+
+def snapshot(root: Path) -> dict[str, tuple]:
+    """Every entry under ``root`` (links not followed): its kind and mode, a file's SHA-256, a link's target.
+    Two equal snapshots mean nothing under ``root`` was created, removed, replaced, re-linked or chmod'ed."""
+    out: dict[str, tuple] = {}
+    for base, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = os.path.join(base, name)
+            info = os.lstat(path)
+            if stat.S_ISLNK(info.st_mode):
+                detail = os.readlink(path)
+            elif stat.S_ISREG(info.st_mode):
+                detail = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+            else:
+                detail = None
+            out[os.path.relpath(path, root)] = (stat.S_IFMT(info.st_mode), stat.S_IMODE(info.st_mode), detail)
+    return out

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from ddtree_helpers import (DDTREE_UTILS, FIXTURES, REPO, SERVER_ARGS, SGLANG_VERSION, SPEC_INFO, copy_venv, import_in,
-                            make_venv, overlay_dir, overlay_inputs, patch_inputs, sha256, site_packages, tree)
+                            make_venv, overlay_dir, overlay_inputs, patch_inputs, sha256, site_packages, snapshot, tree)
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _ddtree as d
 
@@ -204,7 +204,7 @@ def test_an_error_part_way_puts_every_file_back(env, monkeypatch):
     with pytest.raises(d.DDTreeError, match="interrupted .*No space left on device.* put back"):
         build(site, manifest)
     assert len(calls) == 2 and tree(Path(site)) == before
-    assert not Path(manifest).exists() and d.pending(site) is None
+    assert not Path(manifest).exists() and d.pending(site, manifest) is None
 
 
 CRASH = """
@@ -233,12 +233,64 @@ def test_a_killed_apply_is_rolled_back_by_the_next_run_which_then_completes(env,
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     half = tree(Path(site))
     assert sum(half.get(k) != before.get(k) for k in set(half) | set(before)) == after  # really half applied
-    journal = d.pending(site)
+    journal = d.pending(site, manifest)
     assert journal is not None and len(journal["entries"]) == 3
     assert json.loads(Path(manifest).read_text())["state"] == "applying"  # a deploy can tell it is not a build
 
-    assert sorted(d.roll_back(site)) == sorted(e["path"] for e in journal["entries"][:after])
-    assert tree(Path(site)) == before and not Path(manifest).exists() and d.pending(site) is None
+    assert sorted(d.roll_back(site, manifest)) == sorted(e["path"] for e in journal["entries"][:after])
+    assert tree(Path(site)) == before and not Path(manifest).exists() and d.pending(site, manifest) is None
     build(site, manifest)
     assert json.loads(Path(manifest).read_text())["state"] == "applied"
     assert import_in(venv) == "DDTREE True ['libcudart.so.12']"
+
+
+# -- trust: what the module did not write ------------------------------------------
+
+def test_confined_refuses_links_pth_files_and_files_outside_the_package(tmp_path):
+    site = tmp_path / "site"
+    (site / "sglang" / "srt").mkdir(parents=True)
+    (site / "sglang" / "srt" / "ok.py").write_text("x = 1\n")
+    (tmp_path / "outside").mkdir()
+    (site / "sglang" / "out").symlink_to(tmp_path / "outside")
+    (site / "sglang" / "alias").symlink_to("srt")
+    (site / "sglang" / "srt" / "linked.py").symlink_to("ok.py")
+    (site / "sglang" / "file").write_text("")
+    assert d.confined(str(site), "sglang/srt/ok.py", "t") == str(site / "sglang" / "srt" / "ok.py")
+    assert d.confined(str(site), "sglang/srt/new/deeper.py", "t") == str(site / "sglang" / "srt" / "new" / "deeper.py")
+    for path, message in (("sglang/out/x.py", r"t: .*/sglang/out is a symbolic link \(to .*outside\)"),
+                          ("sglang/alias/ok.py", r"t: .*/sglang/alias is a symbolic link \(to srt\)"),
+                          ("sglang/srt/linked.py", r"t: .*/sglang/srt/linked.py is a symbolic link \(to ok.py\)"),
+                          ("sglang/file/x.py", r"t: .*/sglang/file is not a directory"),
+                          ("sglang/srt", r"t: .*/sglang/srt is not a regular file"),
+                          ("sglang/srt/x.pth", r"t: sglang/srt/x.pth is a \.pth file"),
+                          ("evil.pth", r"t: evil.pth is a \.pth file"),
+                          ("sitecustomize.py", "t: sitecustomize.py is outside the sglang package"),
+                          ("sglang", "t: sglang is outside the sglang package"),
+                          ("../site/sglang/srt/ok.py", "must be a relative path inside site-packages"),
+                          ("/etc/passwd", "must be a relative path inside site-packages")):
+        with pytest.raises(d.DDTreeError, match=message):
+            d.confined(str(site), path, "t")
+
+
+def test_a_planted_journal_entry_is_refused_before_any_genuine_entry_is_rolled_back(env, tmp_path):
+    _venv, site, manifest = env
+    plan, _results = d.plan_apply(site, "patch", patch_inputs(), SGLANG_VERSION, {}, manifest)
+    d.apply(site, plan, manifest, "alice", hold=True)
+    path = Path(d.journal_path(site))
+    journal = json.loads(path.read_text())
+    # Entries are rolled back last first: the planted one comes first, so the genuine ones would be undone
+    # before it is reached. It aims at /etc/passwd (with its own checksum: nothing to restore there).
+    journal["entries"].insert(0, {"path": "/etc/passwd", "before": sha256(Path("/etc/passwd")), "after": None,
+                                  "new": None, "old": None})
+    journal["checksum"] = d.journal_checksum(journal)
+    path.write_text(json.dumps(journal))
+    before = snapshot(tmp_path)
+    with pytest.raises(d.DDTreeError, match=r"journal .* is not trusted: entry 0: '/etc/passwd' must be a relative "
+                                            "path inside site-packages. Nothing was changed"):
+        d.roll_back(site, manifest)
+    assert snapshot(tmp_path) == before
+    # The journal's own checksum: any change to it that is not resealed is refused.
+    journal["held"] = False
+    path.write_text(json.dumps(journal))
+    with pytest.raises(d.DDTreeError, match="its checksum does not match its content"):
+        d.pending(site, manifest)

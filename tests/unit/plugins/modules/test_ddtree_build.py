@@ -9,22 +9,12 @@ import re
 from pathlib import Path
 
 import pytest
-from ddtree_helpers import (DDTREE_UTILS, SERVER_ARGS, SGLANG_VERSION, SPEC_INFO, copy_venv, import_in, make_venv,
-                            overlay_dir, overlay_inputs, patch_inputs, sha256, site_packages, tree)
+from ddtree_helpers import (DDTREE_UTILS, SERVER_ARGS, SGLANG_VERSION, SPEC_INFO, import_in, overlay_dir, overlay_inputs,
+                            patch_inputs, sha256, site_packages, tree)
 from sim_helpers import run_module
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _ddtree as d
 from ansible_collections.inferops.sglang.plugins.modules import ddtree_build
-
-
-@pytest.fixture(scope="module")
-def pristine(tmp_path_factory) -> Path:
-    return make_venv(tmp_path_factory.mktemp("ddtree-module") / "venv")
-
-
-@pytest.fixture
-def venv(pristine, tmp_path) -> Path:
-    return copy_venv(pristine, tmp_path / "venv")
 
 
 def run(capsys, venv: Path, tmp_path: Path, check_mode: bool = False, **overrides) -> tuple[int, dict]:
@@ -128,7 +118,7 @@ def test_an_interrupted_build_is_reported_in_check_mode_and_recovered_by_a_run(v
     capsys.readouterr()
     monkeypatch.setattr(d, "replace_file", real)
     half = tree(site)
-    assert half != before and d.pending(str(site.resolve())) is not None
+    assert half != before and d.pending(str(site.resolve()), str(tmp_path / "state" / "manifest.json")) is not None
 
     rc, result = run(capsys, venv, tmp_path, check_mode=True)
     assert rc == 0 and result["changed"] is True and result["recovered"] == [SERVER_ARGS]

@@ -13,33 +13,13 @@ import os
 import subprocess
 from pathlib import Path
 
-import pytest
-from ddtree_helpers import (DDTREE_UTILS, SGLANG_VERSION, copy_venv, ddtree_overlay, lab_ddtree, make_venv,
-                            overlay_inputs, patch_inputs, site_packages, tree)
+from ddtree_helpers import DDTREE_UTILS, SGLANG_VERSION, ddtree_overlay, overlay_inputs, patch_inputs, site_packages, tree
 from sim_helpers import run_module
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _ddtree as d
 from ansible_collections.inferops.sglang.plugins.modules import ddtree_build, sglang_runtime_probe
 
 KERNELS = "sglang/srt/speculative/ddtree_kernels.so"
-
-
-@pytest.fixture(scope="module")
-def pristine(tmp_path_factory) -> Path:
-    return make_venv(tmp_path_factory.mktemp("ddtree-probe") / "venv")
-
-
-@pytest.fixture
-def venv(pristine, tmp_path) -> Path:
-    return copy_venv(pristine, tmp_path / "venv")
-
-
-@pytest.fixture(scope="module")
-def cuda12(tmp_path_factory) -> Path:
-    """A CUDA 12 runtime stand-in (soname only, a test double): what ct200 has and ct129 lacks."""
-    directory = tmp_path_factory.mktemp("cuda12")
-    lab_ddtree().soname_stub(directory, "libcudart.so.12")
-    return directory
 
 
 def lab_files() -> list[dict]:
@@ -80,7 +60,7 @@ def test_the_rejected_build_is_rolled_back_and_no_build_is_left(venv, tmp_path, 
     rc, held = build(capsys, venv, tmp_path, hold=True)
     assert rc == 0 and held["changed"] is True and held["held"] is True, held
     assert manifest(tmp_path)["state"] == "pending"
-    assert tree(site)[KERNELS] and d.held(str(site.resolve())) is not None
+    assert tree(site)[KERNELS] and d.held(str(site.resolve()), str(tmp_path / "state" / "manifest.json")) is not None
 
     result = probe(capsys, venv, tmp_path)
     assert result["ok"] is False
@@ -129,7 +109,8 @@ def test_the_build_the_probe_proves_is_committed(venv, tmp_path, capsys, cuda12)
     assert result["environment"]["LD_LIBRARY_PATH"] == f"/nonexistent/cuda-13.0/lib64:{cuda12}"
     rc, committed = build(capsys, venv, tmp_path, state="commit")
     assert rc == 0 and committed["changed"] is True and committed["manifest"]["state"] == "applied"
-    assert manifest(tmp_path) == committed["manifest"] and d.pending(str(site_packages(venv).resolve())) is None
+    assert manifest(tmp_path) == committed["manifest"]
+    assert d.pending(str(site_packages(venv).resolve()), str(tmp_path / "state" / "manifest.json")) is None
     # The same build again: nothing to apply, nothing held.
     rc, again = build(capsys, venv, tmp_path, hold=True)
     assert rc == 0 and again["changed"] is False and again["held"] is False

@@ -14,8 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-from ddtree_helpers import FIXTURES, SGLANG_VERSION, copy_venv, ddtree_overlay, lab_ddtree, make_venv, site_packages, tree
+from ddtree_helpers import FIXTURES, SGLANG_VERSION, ddtree_overlay, site_packages, tree
 from sim_helpers import REPO
 
 PLAYBOOK = """
@@ -34,23 +33,6 @@ PLAYBOOK = """
             dest: "{{ out }}"
             mode: "0600"
 """
-
-
-@pytest.fixture(scope="module")
-def pristine(tmp_path_factory) -> Path:
-    return make_venv(tmp_path_factory.mktemp("ddtree-role") / "venv")
-
-
-@pytest.fixture
-def venv(pristine, tmp_path) -> Path:
-    return copy_venv(pristine, tmp_path / "venv")
-
-
-@pytest.fixture(scope="module")
-def cuda12(tmp_path_factory) -> Path:
-    directory = tmp_path_factory.mktemp("cuda12")
-    lab_ddtree().soname_stub(directory, "libcudart.so.12")
-    return directory
 
 
 def play(tmp_path: Path, venv: Path, **extra) -> tuple[int, str, dict]:
