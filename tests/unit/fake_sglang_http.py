@@ -10,11 +10,15 @@ Scenario keys: bind_after, ready_after (s after bind until /health is 200),
 models (ids), api_key, status_for_auth (401 or 403), generation ("ok", "empty",
 "zero_tokens", "error", "hang", "die"), exit_after (s after bind, exit code 3),
 ready_endpoint (serve /ready as 0.5.20+ does: 503 until ready_after, then 200;
-without it /ready is 404 as before 0.5.20), server_info (the /server_info body).
+without it /ready is 404 as before 0.5.20), server_info (the /server_info body),
+start_on (a glob: the scenario's clock starts only once a file matches it, e.g.
+the gate's progress file, so that the start-up a test scripts begins when the
+gate does, however long the gate's own launch took on a loaded machine).
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import sys
@@ -25,6 +29,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 def main() -> None:
     port, scenario = int(sys.argv[1]), json.loads(sys.argv[2])
+    while scenario.get("start_on") and not glob.glob(scenario["start_on"]):
+        time.sleep(0.05)
     time.sleep(scenario.get("bind_after", 0))
     bound = time.monotonic()
 

@@ -62,13 +62,18 @@ PLAYBOOK = """
 @pytest.fixture
 def server(tmp_path):
     """start(**scenario) -> (pid, port, log): the scripted server, its log beginning with
-    SGLang's weight-loading line (the gate reads the log from before its start)."""
+    SGLang's weight-loading line (the gate reads the log from before its start). Its
+    clock starts when the gate writes its first progress file (under the remote
+    temporary directory of environment()): how long ansible-playbook and the async
+    launch took (seconds on a loaded machine) does not eat into the start-up the gate
+    must watch."""
     procs: list[subprocess.Popen] = []
 
     def start(**scenario) -> tuple[int, int, Path]:
         port = free_port()
         log = tmp_path / f"server-{port}.log"
         log.write_text(WEIGHTS_LINE + "\n")
+        scenario = {"start_on": str(tmp_path / "remote-tmp" / "*" / "wait_for_sglang.progress.json"), **scenario}
         proc = subprocess.Popen([sys.executable, str(FAKE), str(port), json.dumps(scenario)], stdout=log.open("a"), stderr=subprocess.STDOUT)
         procs.append(proc)
         return proc.pid, port, log
@@ -111,8 +116,7 @@ def progress_of(lines: list[tuple[float, str]]) -> list[tuple[float, re.Match]]:
 
 
 def test_a_ready_server_shows_progress_while_the_task_runs_and_the_task_is_ok(tmp_path, server):
-    # The server's clock starts before ansible-playbook does (a few seconds on a loaded
-    # machine): its start-up lasts long enough that the gate still sees several seconds of it.
+    # The server's clock starts with the gate: 6 s to bind and 2 s more to be ready.
     pid, port, log = server(bind_after=6, ready_after=2)
     rc, lines, results = play(tmp_path, pid, port, log)
     out = "\n".join(line for when, line in lines)
@@ -139,8 +143,7 @@ def test_a_ready_server_shows_progress_while_the_task_runs_and_the_task_is_ok(tm
 
 
 def test_a_server_that_dies_fails_the_task_with_the_modules_message(tmp_path, server):
-    # It dies 8 s after it starts, so the gate (after ansible-playbook's own start) still
-    # watches it for a few seconds and prints progress before the death.
+    # It dies 9 s after the gate starts, which watches it and prints progress before.
     pid, port, log = server(bind_after=1, ready_after=60, exit_after=8)
     rc, lines, results = play(tmp_path, pid, port, log)
     out = "\n".join(line for when, line in lines)
