@@ -41,16 +41,16 @@ def summary_lines(rollout: dict, records: dict, failures: dict, processed: set) 
     hosts = list(rollout.get("hosts") or [])
     hosts += sorted(h for h in set(records) | set(failures) if h not in hosts)
     rows = [("host", "outcome", "running now", "verdict", "cause")]
-    notes: list[tuple[str, str]] = []
+    notes = []
     for host in hosts:
         record = records.get(host)
         if record:
             rows.append((host, *_deploy.summary_row(record)))
             if record.get("outcome") not in ("switched", "unchanged"):  # a note for each host that did not get the variant
-                notes.append((host, _short((record.get('verdict') or {}).get('msg'))))
+                notes.append(f"{host}: {_short((record.get('verdict') or {}).get('msg'))}")
         elif host in failures:
             rows.append((host, OUTCOMES["failed_before_switching"], "unchanged", "-", "-"))
-            notes.append((host, _short(failures[host])))
+            notes.append(f"{host}: {_short(failures[host])}")
         elif host in processed:
             rows.append((host, "no record", "?", "-", "-"))
         else:
@@ -67,15 +67,7 @@ def summary_lines(rollout: dict, records: dict, failures: dict, processed: set) 
     if unreached:
         tail.append(f"The rollout stopped after {', '.join(failed) or 'a failure'}: {len(unreached)} host(s) not reached "
                     f"and left as they were ({', '.join(unreached)}).")
-    return [head] + lines + (["", *_grouped(notes)] if notes else []) + (["", *tail] if tail else [])
-
-
-def _grouped(notes: list[tuple[str, str]]) -> list[str]:
-    """One line per message: hosts refused with the same message (bad rollout settings fail every host) share it."""
-    hosts_of: dict[str, list[str]] = {}
-    for host, msg in notes:
-        hosts_of.setdefault(msg, []).append(host)
-    return [f"{', '.join(hosts)}: {msg}" for msg, hosts in hosts_of.items()]
+    return [head] + lines + (["", *notes] if notes else []) + (["", *tail] if tail else [])
 
 
 def failure_message(result: dict) -> str:
