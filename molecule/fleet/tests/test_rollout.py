@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 
 import ansible_runner
+import pytest
 import testinfra
 
 REPO = Path(__file__).resolve().parents[3]
@@ -60,8 +61,8 @@ def run_job(tmp_path: Path, extravars: dict, limit: str | None = None):
 
 
 def survey(**answers) -> dict:
-    """The deploy survey's answers, as AWX passes them (extra vars)."""
-    base = {"variant": "balanced", "memory_override": False, "rollout_canary": 1, "rollout_batch": 1,
+    """The deploy survey's answers, as AWX passes them (extra vars: a choice is a string, an integer an integer)."""
+    base = {"variant": "balanced", "memory_override": "false", "rollout_canary": 1, "rollout_batch": "1",
             "rollout_max_fail_percentage": 0}
     base.update(answers)
     return base
@@ -110,3 +111,24 @@ def test_a_failed_canary_touches_no_other_host(tmp_path):
     after = state("fleet-04")
     assert (after["unit"], after["pid"], after["records"]) == (before["unit"], before["pid"], before["records"])
     assert "not reached" in stdout[stdout.index("DEPLOY SUMMARY"):]
+
+
+@pytest.mark.parametrize("answers", [
+    {"rollout_batch": "0"}, {"rollout_batch": -1}, {"rollout_batch": "abc"},
+    {"rollout_canary": 0}, {"rollout_max_fail_percentage": -5}, {"rollout_max_fail_percentage": 101},
+], ids=str)
+def test_a_bad_rollout_setting_touches_no_host(tmp_path, answers):
+    """A batch of 0 or -1 (every remaining host at once), no canary, a threshold outside 0..100: refused before
+    the deploy play starts; every host keeps its unit, its process and its history."""
+    before = {name: state(name) for name in HOSTS}
+    runner, artifact, stdout = run_job(tmp_path, survey(**answers))
+    assert runner.rc == 2, stdout[-3000:]
+    assert "rollout settings refused, no host was touched" in stdout
+    assert "PLAY [Deploy an SGLang variant]" not in stdout
+    assert "inferops_deploy" not in artifact and artifact["inferops_rollout"]["hosts"] == HOSTS
+    assert {name: state(name) for name in HOSTS} == before
+    summary = stdout[stdout.index("DEPLOY SUMMARY"):]
+    rows = {line.split()[0]: line for line in summary.splitlines()[2:6]}
+    assert "failed before switching" in rows["fleet-01"]
+    assert all("not reached" in rows[name] for name in HOSTS[1:])
+    assert "The rollout stopped after fleet-01: 3 host(s) not reached" in summary

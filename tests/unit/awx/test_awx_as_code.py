@@ -1,7 +1,8 @@
-"""AWX as code (awx/configure.yml): the deploy survey is generated from the
-variant table by the real playbook (--tags survey, no AWX), AWX would accept it,
-it follows the table when the table changes, and every awx.awx call uses only
-options its module has."""
+"""AWX as code (awx/configure.yml): the deploy and plan surveys are generated
+from the variant table by the real playbook (--tags survey, no AWX), AWX would
+accept them, they follow the table when the table changes, no template lets a
+launcher set a variable beyond a bounded survey answer, and every awx.awx call
+uses only options its module has."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import subprocess
 import pytest
 import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
 
 from awx_helpers import REPO, ROLE_DEFAULTS, ansible_env, awx_survey_errors, run_configure, tool
 
@@ -90,8 +93,8 @@ def test_override_switch_and_rollout_settings(rendered):
     canary = question(survey, "rollout_canary")
     assert canary["type"] == "integer" and canary["default"] == 1 and canary["min"] >= 1
     batch = question(survey, "rollout_batch")
-    assert batch["type"] == "text" and batch["default"] == "25%"
-    assert re.fullmatch(r"[0-9]+%?", batch["default"])
+    assert batch["type"] == "multiplechoice" and batch["default"] == "25%"
+    assert batch["choices"] == ["1", "2", "5", "10%", "25%", "50%", "100%"]
     fail = question(survey, "rollout_max_fail_percentage")
     assert fail["type"] == "integer" and fail["default"] == 0 and (fail["min"], fail["max"]) == (0, 100)
     assert {q["variable"] for q in survey["spec"]} == {
@@ -162,10 +165,100 @@ def test_job_templates(rendered):
     deploy = by_name["inferops deploy"]
     assert deploy["playbook"] == "deploy.yml"
     assert deploy["survey_enabled"] is True and deploy["survey_spec"] == survey
+    plan = by_name["inferops plan"]
+    assert plan["survey_enabled"] is True and awx_survey_errors(plan["survey_spec"]) == []
     rollback = by_name["inferops rollback"]
     assert rollback["playbook"] == "deploy.yml"
     assert rollback["extra_vars"] == {"variant": table()["sglang_service_baseline_variant"]}
     assert not rollback.get("survey_enabled") and not rollback.get("ask_variables_on_launch")
+
+
+# --- what a launcher may set --------------------------------------------------
+
+# The prompts a launcher may answer: none of them sets a variable. Every other
+# ask_*_on_launch (variables, inventory, credentials, execution environment,
+# instance groups, ...) would let a launcher choose what runs as root.
+PROMPTS_ALLOWED = {"ask_limit_on_launch", "ask_tags_on_launch", "ask_job_type_on_launch", "ask_verbosity_on_launch"}
+
+
+def bounded(item: dict) -> bool:
+    """A survey question whose every accepted answer is known: a choice among a list, or an integer within bounds."""
+    if item["type"] == "multiplechoice":
+        return (isinstance(item.get("choices"), list) and bool(item["choices"])
+                and all(isinstance(c, str) and c.strip() == c and c for c in item["choices"])
+                and item.get("default") in item["choices"])
+    if item["type"] == "integer":
+        lo, hi = item.get("min"), item.get("max")
+        return isinstance(lo, int) and isinstance(hi, int) and lo <= item.get("default", lo) <= hi
+    return False
+
+
+def test_no_template_prompts_for_free_extra_variables(rendered):
+    """A launcher answers bounded survey questions only: no template asks for extra variables on launch (a
+    launch-time ansible_ssh_common_args with a ProxyCommand ran as root in the execution environment), and every
+    survey question is a multiple choice or a bounded integer."""
+    questions = 0
+    for template in rendered.templates:
+        asked = {k for k, v in template.items() if k.startswith("ask_") and v}
+        assert asked <= PROMPTS_ALLOWED, (template["name"], sorted(asked - PROMPTS_ALLOWED))
+        assert not template.get("ask_variables_on_launch"), template["name"]
+        if template.get("survey_enabled"):
+            for item in template["survey_spec"]["spec"]:
+                assert bounded(item), (template["name"], item)
+                questions += 1
+        else:
+            assert "survey_spec" not in template, template["name"]
+    assert questions == 6  # the deploy survey's five and the plan survey's one
+    # and the check is not vacuous
+    assert not bounded({"type": "text", "variable": "rollout_batch", "min": 1, "max": 8, "default": "25%"})
+    assert not bounded({"type": "integer", "variable": "rollout_canary", "min": 1, "default": 1})
+    assert not bounded({"type": "multiplechoice", "choices": ["1", ""], "default": "1"})
+
+
+def test_configure_never_lets_a_template_ask_for_variables():
+    """The awx.awx.job_template call itself: ask_variables_on_launch is false whatever a template entry says,
+    and the only other prompts it sends are the allowed ones, from the entry."""
+    tasks = [t for t in awx_tasks(yaml.safe_load((AWX_DIR / "configure.yml").read_text()), []) if "awx.awx.job_template" in t]
+    assert len(tasks) == 1
+    args = tasks[0]["awx.awx.job_template"]
+    assert args["ask_variables_on_launch"] is False
+    asked = {k for k in args if k.startswith("ask_")}
+    assert asked - {"ask_variables_on_launch"} <= PROMPTS_ALLOWED
+    assert "extra_vars" in args and "survey_spec" in args
+
+
+def test_plan_survey_offers_every_variant_and_each_of_the_table(rendered):
+    by_name = {t["name"]: t for t in rendered.templates}
+    plan = by_name["inferops plan"]
+    every = yaml.safe_load((REPO / "plan.yml").read_text())[0]["vars"]["plan_every_variant"]
+    (variant,) = plan["survey_spec"]["spec"]
+    assert variant["variable"] == "variant" and variant["type"] == "multiplechoice" and variant["required"] is True
+    assert variant["choices"] == [every] + question(rendered.survey, "variant")["choices"]
+    assert variant["default"] == every
+
+
+@pytest.mark.parametrize(("answer", "planned"), [
+    ("every variant", []), ("", []), ("balanced", ["balanced"]), ("nextn", ["nextn"]),
+])
+def test_plan_reads_the_survey_answer(answer, planned):
+    """plan.yml's own expression, templated as Ansible does: the "every variant" answer plans the whole table
+    (sglang_service_plan_variants: []), a variant's name plans that one."""
+    play = yaml.safe_load((REPO / "plan.yml").read_text())[0]
+    expression = play["tasks"][0]["vars"]["sglang_service_plan_variants"]
+    assert play["vars"]["plan_every_variant"] == "every variant"
+    templar = Templar(loader=DataLoader(), variables=dict(play["vars"], variant=answer))
+    assert templar.template(trust_as_template(expression)) == planned
+
+
+def test_a_variant_named_as_the_every_answer_stops_the_playbook(tmp_path):
+    defaults = table()
+    defaults["sglang_service_variant_aliases"]["every variant"] = "nextn"
+    broken = tmp_path / "defaults.yml"
+    broken.write_text(yaml.safe_dump(defaults))
+    result = run_configure(tmp_path, "-e", f"awx_variant_table_file={broken}", check=False)
+    assert result.proc.returncode == 2, result.proc.stdout
+    assert 'none may be named "every variant"' in result.proc.stdout
+    assert result.templates is None
 
 
 # --- awx.awx calls against the modules' argument specs ----------------------

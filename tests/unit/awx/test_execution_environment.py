@@ -225,3 +225,28 @@ def test_image_tag_is_the_one_awx_configure_names():
     version = yaml.safe_load((REPO / "galaxy.yml").read_text())["version"]
     assert f"inferops-sglang-ee:{version}" in ee()["options"]["tags"]
     assert "inferops-sglang-ee:" in (REPO / "awx" / "vars" / "main.yml").read_text()
+
+
+def test_a_limit_read_from_a_file_prints_none_of_it(context, tmp_path):
+    """AWX's limit prompt takes `@<file>`; Ansible then reads that file of the EE as host patterns and, by default,
+    prints each line that matches no host. The image ignores unmatched patterns, and that hides the file: a real
+    ansible-playbook run with the image's setting and a limit read from a file holding a secret prints none of it."""
+    containerfile = (context / "Containerfile").read_text()
+    final = containerfile[containerfile.rindex("FROM "):]
+    env = dict(re.findall(r"^ENV (ANSIBLE_HOST_PATTERN_MISMATCH)=(\S+)$", final, re.M))
+    assert env == {"ANSIBLE_HOST_PATTERN_MISMATCH": "ignore"}, final
+    secret = tmp_path / "secret"
+    secret.write_text("s3cret-value\nh1\n")
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"children": {"sglang_servers": {"hosts": {"h1": None}}}}}))
+
+    def list_hosts(**setting) -> str:
+        run_env = ansible_env()
+        run_env.pop("ANSIBLE_HOST_PATTERN_MISMATCH", None)
+        proc = subprocess.run([tool("ansible-playbook"), "-i", str(inventory), "plan.yml", "--list-hosts", "-l", f"@{secret}"],
+                              cwd=REPO, env=dict(run_env, **setting), capture_output=True, text=True, timeout=300, check=True)
+        return proc.stdout + proc.stderr
+
+    assert "s3cret-value" in list_hosts()  # Ansible's default: the line is printed
+    hidden = list_hosts(**env)
+    assert "s3cret-value" not in hidden and "h1" in hidden
