@@ -110,7 +110,10 @@ conformance: $(VENV)/.stamp real
 	python -m pytest tests/conformance
 
 ## molecule/real mounts the real venv, stub and model from INFEROPS_REAL_ROOT.
+## The scenarios run in lanes side by side (.ci/molecule-lanes.sh): deploy and
+## lab share the ct129/ct200 host names, so they share a lane.
+MOLECULE_LANES ?= deploy,lab provision,fleet,real
 molecule: setup real
 	INFEROPS_LAB_IMAGE=$$(lab/image/build.sh) \
 	  INFEROPS_REAL_ROOT=$$(lab/real/build.sh --print | sed -n 's/^INFEROPS_REAL_ROOT=//p') \
-	  molecule test --all
+	  .ci/molecule-lanes.sh $(MOLECULE_LANES)

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Run every molecule scenario, in lanes side by side: each argument is a lane,
+# its scenarios comma-separated and run one after the other (molecule test -s
+# a -s b). Scenarios whose lab hosts share names (ct129, ct200) must share a
+# lane; lanes share no host name. Each lane's output goes to
+# .cache/molecule/<lane>.log and is printed whole when the lane ends, with
+# the time each scenario took (also printed as each scenario ends). A scenario in no lane, or in two, is an error:
+# none is left out unseen.
+#
+#   .ci/molecule-lanes.sh deploy,lab provision,fleet,real
+set -uo pipefail
+cd "$(dirname "$0")/.."
+mapfile -t all < <(for f in molecule/*/molecule.yml; do basename "$(dirname "$f")"; done | sort)
+mapfile -t given < <(printf '%s\n' "$@" | tr ',' '\n' | grep -v '^$' | sort)
+if [[ "${all[*]}" != "${given[*]}" ]]; then
+  echo "molecule lanes: the lanes name [${given[*]}], the scenarios are [${all[*]}]: each scenario in exactly one lane" >&2
+  exit 2
+fi
+mkdir -p .cache/molecule
+exec 3>&1
+pids=()
+for lane in "$@"; do
+  log=.cache/molecule/${lane//,/+}.log
+  (
+    for scenario in ${lane//,/ }; do
+      start=$SECONDS
+      molecule test -s "$scenario"
+      rc=$?
+      echo "molecule lane: scenario $scenario ended with $rc after $((SECONDS - start)) s" | tee /dev/fd/3
+      [[ $rc -eq 0 ]] || exit "$rc"
+    done
+  ) >"$log" 2>&1 &
+  pids+=("$!")
+  echo "molecule lane [$lane] started: $log"
+done
+failed=0
+for i in "${!pids[@]}"; do
+  wait "${pids[$i]}"
+  rc=$?
+  lane=${*:$((i + 1)):1}
+  log=.cache/molecule/${lane//,/+}.log
+  echo "===== molecule lane [$lane]: exit $rc ====="
+  cat "$log"
+  grep '^molecule lane: ' "$log"
+  [[ $rc -eq 0 ]] || failed=1
+done
+exit "$failed"
