@@ -12,8 +12,8 @@ EXTRACT_CUNESCAPE): items split on unquoted whitespace, double or single quotes
 wrap a whole item, C-style escapes (the table of systemd.syntax(7)) are
 unescaped. Environment= (systemd.exec(5), src/core/load-fragment.c
 config_parse_environ): each item is unquoted and unescaped, then its
-specifiers are expanded ("%%" is "%"; any other specifier is refused here, the
-role writes none), then NAME=VALUE is split at the first '='.
+specifiers are expanded ("%%" is "%"; %S, %C and %d, which the role writes on
+purpose, are kept as written; any other is refused here), then NAME=VALUE is split at the first '='.
 """
 
 from __future__ import annotations
@@ -123,11 +123,20 @@ def words(value: str) -> list[str]:
         out.append(word)
 
 
+# The specifiers the role writes on purpose (systemd.unit(5) "SPECIFIERS": %S the state,
+# %C the cache, %d the credentials directory): kept as written, unexpanded.
+KNOWN_SPECIFIERS = ("%S", "%C", "%d")
+
+
 def specifiers(text: str) -> str:
-    """Specifier expansion where the role writes none: '%%' is '%', any other is a problem."""
+    """Specifier expansion: '%%' is '%', KNOWN_SPECIFIERS are kept, any other is a problem."""
     out = ""
     i = 0
     while i < len(text):
+        if text[i:i + 2] in KNOWN_SPECIFIERS:
+            out += text[i:i + 2]
+            i += 2
+            continue
         if text[i] == "%":
             if text[i + 1:i + 2] != "%":
                 raise SyntaxProblem(f"a specifier %{text[i + 1:i + 2]} would be expanded in {text!r}")
