@@ -55,6 +55,7 @@ def render(template: str, **overrides) -> str:
         sglang_service_port=30000, sglang_service_served_model_name="Qwen3.6-27B", sglang_service_user="sglang",
         sglang_service_group="sglang", sglang_service_python="/opt/sglang/venv/bin/python",
         sglang_service_api_key="", sglang_service_read_write_paths=[], _sglang_service_gpus=[0, 2],
+        sglang_service_gpu_devices=[0, 2],
         _sglang_service_environment={"LD_LIBRARY_PATH": "/usr/local/cuda-13.0/lib64"},
         _sglang_service_render={"variant": "nextn", "params": {"description": "Production baseline"},
                                 "sglang_version": "0.5.11", "exec_args": "--model-path /srv/models/Qwen3.6-27B"},
