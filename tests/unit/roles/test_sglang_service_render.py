@@ -242,8 +242,8 @@ def _parse_like_sglang(merger, config: str) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-@pytest.fixture(scope="module")
-def merger():
+@pytest.fixture(scope="module", name="merger")
+def fixture_merger():
     return _real_merger()
 
 

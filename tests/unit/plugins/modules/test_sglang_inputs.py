@@ -10,9 +10,9 @@ from sim_helpers import REPO, run_module
 from ansible_collections.inferops.sglang.plugins.modules import sglang_inputs
 
 DEFAULTS = yaml.safe_load((REPO / "roles/sglang_service/defaults/main.yml").read_text())
-SETTINGS = {k: v for k, v in DEFAULTS.items() if k.startswith(("sglang_service_gate_", "sglang_service_release_",
-                                                                 "sglang_service_lock_", "sglang_service_plan_tol",
-                                                                 "sglang_service_keep_", "sglang_service_args_timeout"))}
+PREFIXES = ("sglang_service_gate_", "sglang_service_release_", "sglang_service_lock_", "sglang_service_plan_tol",
+            "sglang_service_keep_", "sglang_service_args_timeout")
+SETTINGS = {k: v for k, v in DEFAULTS.items() if k.startswith(PREFIXES)}
 SETTINGS.pop("sglang_service_lock_take_over")
 
 
