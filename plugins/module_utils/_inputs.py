@@ -47,8 +47,10 @@ import re
 
 try:
     from ansible_collections.inferops.sglang.plugins.module_utils import _readiness as readiness
+    from ansible_collections.inferops.sglang.plugins.module_utils import _variants as variants_mod
 except ImportError:  # loaded from the tree (tests, tools/)
     import _readiness as readiness  # type: ignore[no-redef]
+    import _variants as variants_mod  # type: ignore[no-redef]
 
 # C0 controls, DEL, C1's NEL, and Unicode's line and paragraph separators.
 _CONTROL = re.compile("[\x00-\x1f\x7f\x85\u2028\u2029]")
@@ -284,6 +286,29 @@ def check_table(variants: object, aliases: object, overrides: object, common: ob
     return errors
 
 
+def check_interval_fits(values: dict) -> list[str]:
+    """The gate's interval within the gate timeout of the variant and of the baseline (the gate refuses
+    an interval longer than its timeout, and would only say so after the service was stopped)."""
+    settings = values.get("settings") or {}
+    name = "sglang_service_gate_interval"
+    if name not in settings or check_setting(name, settings[name]):
+        return []
+    interval = _number(settings[name], "number")
+    errors: list[str] = []
+    for label, asked in (("variant", values.get("variant")), ("baseline variant", values.get("baseline_variant"))):
+        if not asked or not isinstance(values.get("variants"), dict):
+            continue
+        try:
+            canonical, params = variants_mod.resolve(asked, values["variants"], values.get("aliases"),
+                                                     values.get("overrides"), values.get("common"))
+        except (variants_mod.VariantError, AttributeError, TypeError):
+            continue  # sglang_variant, next in the preflight, says why
+        timeout = params.get("gate_timeout")
+        if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and interval is not None and interval > timeout:
+            errors.append(f"{name} {settings[name]!r} exceeds the gate_timeout {timeout:g} of the {label} {canonical}")
+    return errors
+
+
 def check(values: dict) -> list[str]:
     """Every problem of the deploy's input (the sglang_inputs module's options)."""
     errors: list[str] = []
@@ -292,8 +317,8 @@ def check(values: dict) -> list[str]:
     for option, label in (("user", "sglang_service_user"), ("group", "sglang_service_group")):
         if values.get(option) is not None:
             errors.extend(check_account(label, values[option]))
-    if values.get("variant") is not None:
-        errors.extend(check_text("the variant asked for", values["variant"]))
+    for option, label in (("variant", "the variant asked for"), ("baseline_variant", "sglang_service_baseline_variant")):
+        errors.extend(check_text(label, values.get(option)))
     errors.extend(check_table(values.get("variants"), values.get("aliases"), values.get("overrides"),
                               values.get("common")))
     for option, label in (("served_model_name", "sglang_service_served_model_name"),
@@ -307,4 +332,5 @@ def check(values: dict) -> list[str]:
     errors.extend(check_paths("sglang_service_read_write_paths", values.get("read_write_paths")))
     errors.extend(check_api_key(values.get("api_key")))
     errors.extend(check_settings(values.get("settings") or {}))
+    errors.extend(check_interval_fits(values))
     return errors

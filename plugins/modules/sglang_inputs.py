@@ -20,7 +20,8 @@ description:
     C(..); variant and alias names that are not C([a-z0-9][a-z0-9._-]*) or hold C(..); user and group names that
     are not C([a-z_][a-z0-9_-]*); environment variable names that are not C([A-Za-z_][A-Za-z0-9_]*); read-write
     paths that are not absolute or hold whitespace, quotes or backslashes; an API key that is not printable ASCII,
-    begins or ends with a space or begins with C(-); and the settings in O(settings) out of their range.
+    begins or ends with a space or begins with C(-); the settings in O(settings) out of their range; and a gate
+    interval longer than the gate timeout of O(variant) or O(baseline_variant).
   - All problems are reported together; the module fails when there is any. Messages never contain the API key.
     It never changes anything.
 author:
@@ -39,6 +40,9 @@ options:
     type: str
   variant:
     description: The variant asked for (a name or an alias; resolved by M(inferops.sglang.sglang_variant)).
+    type: str
+  baseline_variant:
+    description: The variant a first deploy's rollback renders (C(sglang_service_baseline_variant)).
     type: str
   variants:
     description: The variant table; its keys and every string in it are checked.
@@ -127,6 +131,7 @@ def main() -> None:
             user=dict(type="str"),
             group=dict(type="str"),
             variant=dict(type="str"),
+            baseline_variant=dict(type="str"),
             variants=dict(type="dict", default={}),
             aliases=dict(type="dict", default={}),
             overrides=dict(type="dict", default={}),

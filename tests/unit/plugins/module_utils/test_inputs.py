@@ -178,3 +178,16 @@ def test_every_problem_is_reported_together():
     errors = _inputs.check(good(service_name="../x.service", user="root\n", api_key="a\nb",
                                 environment={"A": "\n"}, settings=dict(good()["settings"], sglang_service_gate_interval=0)))
     assert len(errors) == 5
+
+
+def test_a_gate_interval_longer_than_the_variants_gate_timeout_is_refused_first():
+    """The gate refuses interval > timeout, and the switch would only find out after stopping the service."""
+    settings = dict(good()["settings"], sglang_service_gate_interval=45)
+    assert _inputs.check(good(settings=settings)) == []
+    errors = _inputs.check(good(settings=settings, overrides={"shadow-balanced": {"gate_timeout": 30}}))
+    assert errors == ["sglang_service_gate_interval 45 exceeds the gate_timeout 30 of the variant shadow-balanced"]
+    errors = _inputs.check(good(settings=settings, baseline_variant="nextn", common={"gate_timeout": 20}))
+    assert errors == ["sglang_service_gate_interval 45 exceeds the gate_timeout 20 of the variant shadow-balanced",
+                      "sglang_service_gate_interval 45 exceeds the gate_timeout 20 of the baseline variant nextn"]
+    # a variant that does not resolve is sglang_variant's to name
+    assert _inputs.check(good(settings=settings, variant="turbo")) == []
