@@ -341,6 +341,8 @@ def settings(manifest: dict | None, tp_size=None, gpu_devices=None, python=None,
     if not _unset(gpu_devices):
         if isinstance(gpu_devices, str):  # -e sglang_service_gpu_devices=0,2
             gpu_devices = [part for part in gpu_devices.replace(" ", "").split(",") if part]
+        elif isinstance(gpu_devices, int) and not isinstance(gpu_devices, bool):  # -e sglang_service_gpu_devices=10
+            gpu_devices = [gpu_devices]
         try:
             devices = [int(d) for d in gpu_devices]
         except (TypeError, ValueError):

@@ -1,0 +1,193 @@
+"""_inputs: the deploy's input checks (hostile and mistaken values in, the
+problem named out; the API key never in a message)."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from sim_helpers import REPO
+
+from ansible_collections.inferops.sglang.plugins.module_utils import _inputs
+
+DEFAULTS = yaml.safe_load((REPO / "roles/sglang_service/defaults/main.yml").read_text())
+CONTROL = ["\n", "\r", "\t", "\x00", "\x1b", "\x7f", "\x85", "\u2028", "\u2029"]
+
+
+def good(**overrides) -> dict:
+    values = dict(service_name="sglang-qwen.service", user="sglang", group="sglang", variant="balanced",
+                  variants=DEFAULTS["sglang_service_variants"], aliases=DEFAULTS["sglang_service_variant_aliases"],
+                  overrides={}, common={}, served_model_name="Qwen3.6-27B", model_path="/srv/models/Qwen3.6-27B",
+                  draft_model_path="/srv/models/Qwen3.6-27B-DFlash", bind_host="127.0.0.1",
+                  python="/opt/sglang/venv/bin/python", state_dir="/var/lib/inferops-sglang",
+                  environment={"HF_HOME": "/srv/hf cache", "NCCL_DEBUG": "WARN"}, read_write_paths=["/srv/cache"],
+                  api_key="s3cr3t-key", settings={k: DEFAULTS[k] for k in _inputs.SETTINGS}
+                  | {"sglang_service_gate_stall_budgets": {"weights": 1200}})
+    values.update(overrides)
+    return values
+
+
+def test_the_role_defaults_pass():
+    assert _inputs.check(good()) == []
+
+
+@pytest.mark.parametrize("char", CONTROL, ids=[f"U+{ord(c):04X}" for c in CONTROL])
+@pytest.mark.parametrize("where", ["description", "served_model_name", "model_path", "draft_model_path", "bind_host",
+                                   "env_value", "read_write_path", "extra_args", "python", "common"])
+def test_control_characters_are_refused_wherever_they_reach_the_unit(char, where):
+    hostile = f"x{char}ExecStartPre=+/bin/sh -c id"
+    values = good()
+    if where == "description":
+        variants = dict(values["variants"])
+        variants["nextn"] = dict(variants["nextn"], description=hostile)
+        values["variants"] = variants
+    elif where == "env_value":
+        values["environment"] = {"A": hostile}
+    elif where == "read_write_path":
+        values["read_write_paths"] = ["/srv/" + hostile]
+    elif where == "extra_args":
+        values["overrides"] = {"nextn": {"extra_args": ["--foo", hostile]}}
+    elif where == "common":
+        values["common"] = {"kv_cache_dtype": hostile}
+    else:
+        values[where] = "/x" + hostile if where.endswith("path") or where == "python" else hostile
+    errors = _inputs.check(values)
+    assert len(errors) == 1, errors
+    assert "must not contain control characters" in errors[0] and f"U+{ord(char):04X}" in errors[0]
+    assert char not in errors[0]
+
+
+@pytest.mark.parametrize("name", ["../../tmp/x.service", "sglang/../x.service", "sglang..x.service", "sglang",
+                                  "Sglang.service", ".service", "-x.service", "a b.service", "x.service\n",
+                                  "x" * 250 + ".service", "", None])
+def test_service_names_that_would_leave_their_directories_are_refused(name):
+    errors = _inputs.check(good(service_name=name) if name is not None else dict(good(), service_name=7))
+    assert len(errors) == 1 and errors[0].startswith("sglang_service_name must be [a-z0-9][a-z0-9._-]*.service"), errors
+
+
+@pytest.mark.parametrize("name", ["sglang-qwen.service", "sglang_qwen.2.service", "0.service"])
+def test_plain_service_names_pass(name):
+    assert _inputs.check(good(service_name=name)) == []
+
+
+@pytest.mark.parametrize("key", ["../../var/tmp/x", "a/b", "..", "Upper", "-x", "x y", "a..b", ""])
+def test_variant_and_alias_names_used_in_paths_are_refused(key):
+    variants = dict(good()["variants"], **{key: {"description": "x"}})
+    errors = _inputs.check(good(variants=variants))
+    assert errors == [f"sglang_service_variants key must match [a-z0-9][a-z0-9._-]* without '..' (it names a file or "
+                      f"directory), got {key!r}"]
+    aliases = {key: "nextn"}
+    assert len(_inputs.check(good(aliases=aliases))) == 1
+    assert _inputs.check(good(aliases={"fast": key})) == [
+        f"sglang_service_variant_aliases.fast must match [a-z0-9][a-z0-9._-]* without '..' (it names a file or "
+        f"directory), got {key!r}"]
+
+
+@pytest.mark.parametrize("user", ["root\nUser=root", "../x", "a b", "Root", "x" * 33, "", "1abc"])
+def test_bad_user_and_group_names_are_refused(user):
+    assert len(_inputs.check(good(user=user))) == 1
+    assert len(_inputs.check(good(group=user))) == 1
+
+
+@pytest.mark.parametrize("name", ["1X", "A-B", "A B", "A=B", "", "A\n"])
+def test_environment_names_systemd_would_ignore_are_refused(name):
+    errors = _inputs.check(good(environment={name: "v"}))
+    assert errors == [f"environment variable name {name!r} must match [A-Za-z_][A-Za-z0-9_]*"]
+
+
+def test_environment_values_may_hold_anything_printable_and_are_never_quoted_in_errors():
+    env = {"A": "a b", "B": "%h$HOME\\\"'=;#", "C": "é✓", "D": "x" * 5000, "E": 7}
+    assert _inputs.check(good(environment=env)) == []
+    errors = _inputs.check(good(environment={"TOKEN": "hf_secret\nLD_PRELOAD=/tmp/x.so"}))
+    assert len(errors) == 1 and "hf_secret" not in errors[0] and "TOKEN" in errors[0]
+
+
+@pytest.mark.parametrize("paths", [["relative"], ["/a b"], ['/a"b'], ["/a\\b"], "/srv/cache", [7]])
+def test_read_write_paths_must_be_plain_absolute_paths(paths):
+    assert len(_inputs.check(good(read_write_paths=paths))) == 1
+
+
+HOSTILE_KEYS = ['ab\\cd\\', 'q"uo\'te', "#hash", "a: b", "{x}", "%h%%", "$HOME", "!tag", "& *a", "in ner",
+                "~", "null", "123", "0x1F", "5-", "[1,2]", "'", '"', "|", ">", "@`"]
+
+
+@pytest.mark.parametrize("key", HOSTILE_KEYS)
+def test_printable_ascii_keys_pass(key):
+    assert _inputs.check(good(api_key=key)) == []
+
+
+@pytest.mark.parametrize("key,why", [
+    ("secret\nLD_PRELOAD=/tmp/x.so", "printable ASCII"),
+    ("secret\r", "printable ASCII"),
+    ("sec\tret", "printable ASCII"),
+    ("sec\x00ret", "printable ASCII"),
+    ("sec\x7fret", "printable ASCII"),
+    ("clé-secrète", "printable ASCII"),
+    ("ключ", "printable ASCII"),
+    ("key\u2028", "printable ASCII"),
+    (" secret", "begin or end with a space"),
+    ("secret ", "begin or end with a space"),
+    ("-secret", "must not begin with '-'"),
+])
+def test_keys_a_header_or_sglang_cannot_carry_are_refused_without_the_key_in_the_message(key, why):
+    errors = _inputs.check(good(api_key=key))
+    assert len(errors) == 1 and why in errors[0], errors
+    for part in ("secret", "clé", "ключ", "LD_PRELOAD"):
+        assert part not in errors[0]
+
+
+@pytest.mark.parametrize("name,value", [
+    ("sglang_service_gate_interval", 0), ("sglang_service_gate_interval", "0"), ("sglang_service_gate_interval", -1),
+    ("sglang_service_gate_interval", 61), ("sglang_service_gate_interval", "abc"),
+    ("sglang_service_gate_interval", "nan"), ("sglang_service_gate_interval", True),
+    ("sglang_service_gate_generations", 0), ("sglang_service_gate_generations", 1.5),
+    ("sglang_service_gate_settle", -1), ("sglang_service_gate_progress_interval", -0.5),
+    ("sglang_service_plan_tolerance", 1.5), ("sglang_service_plan_tolerance", -0.1),
+    ("sglang_service_release_timeout", 0), ("sglang_service_release_threshold_mib", -1),
+    ("sglang_service_lock_timeout", -1), ("sglang_service_lock_lease", 0), ("sglang_service_keep_attempts", 0),
+    ("sglang_service_args_timeout", 0), ("sglang_service_keep_attempts", None), ("sglang_service_gate_settle", "inf"),
+])
+def test_settings_the_switch_and_rollback_use_are_checked_first(name, value):
+    settings = dict(good()["settings"], **{name: value})
+    errors = _inputs.check(good(settings=settings))
+    assert len(errors) == 1 and errors[0].startswith(f"{name} ("), errors
+    assert repr(value) in errors[0]
+
+
+@pytest.mark.parametrize("name,value", [
+    ("sglang_service_gate_interval", "0.5"), ("sglang_service_gate_interval", 60),
+    ("sglang_service_gate_generations", "3"), ("sglang_service_gate_settle", 0),
+    ("sglang_service_plan_tolerance", "1"), ("sglang_service_plan_tolerance", 0), ("sglang_service_lock_timeout", "0"),
+    ("sglang_service_keep_attempts", 2.0),
+])
+def test_settings_in_range_pass_as_numbers_or_strings(name, value):
+    assert _inputs.check(good(settings=dict(good()["settings"], **{name: value}))) == []
+
+
+@pytest.mark.parametrize("budgets,error", [
+    ({"weights": -1}, "sglang_service_gate_stall_budgets.weights must be a finite number of seconds >= 0"),
+    ({"weigths": 10}, "sglang_service_gate_stall_budgets: unknown stage 'weigths'"),
+    ({"http": "abc"}, "sglang_service_gate_stall_budgets.http must be a number of seconds"),
+    ("weights=10", "sglang_service_gate_stall_budgets must be a dict of stage: seconds"),
+])
+def test_stall_budgets_are_checked_per_stage(budgets, error):
+    errors = _inputs.check(good(settings=dict(good()["settings"], sglang_service_gate_stall_budgets=budgets)))
+    assert len(errors) == 1 and errors[0].startswith(error), errors
+
+
+def test_every_problem_is_reported_together():
+    errors = _inputs.check(good(service_name="../x.service", user="root\n", api_key="a\nb",
+                                environment={"A": "\n"}, settings=dict(good()["settings"], sglang_service_gate_interval=0)))
+    assert len(errors) == 5
+
+
+def test_a_gate_interval_longer_than_the_variants_gate_timeout_is_refused_first():
+    """The gate refuses interval > timeout, and the switch would only find out after stopping the service."""
+    settings = dict(good()["settings"], sglang_service_gate_interval=45)
+    assert _inputs.check(good(settings=settings)) == []
+    errors = _inputs.check(good(settings=settings, overrides={"shadow-balanced": {"gate_timeout": 30}}))
+    assert errors == ["sglang_service_gate_interval 45 exceeds the gate_timeout 30 of the variant shadow-balanced"]
+    errors = _inputs.check(good(settings=settings, baseline_variant="nextn", common={"gate_timeout": 20}))
+    assert errors == ["sglang_service_gate_interval 45 exceeds the gate_timeout 20 of the variant shadow-balanced",
+                      "sglang_service_gate_interval 45 exceeds the gate_timeout 20 of the baseline variant nextn"]
+    # a variant that does not resolve is sglang_variant's to name
+    assert _inputs.check(good(settings=settings, variant="turbo")) == []

@@ -1,0 +1,273 @@
+"""The sglang_service role's unit and --config templates rendered by Ansible's
+own templating (as the template module renders them: trim_blocks, no
+backslash escaping) with hostile values: each is either refused by the
+preflight's input check (_inputs) or rendered so that systemd (the unit,
+read back by tests/unit/systemd_syntax.py after systemd.syntax(7), and by
+systemd-analyze verify where it is installed) and SGLang (the --config file,
+read by yaml.safe_load and by real SGLang 0.5.11's ConfigArgumentMerger from
+the published wheel) get exactly the input back."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import shutil
+import subprocess
+import zipfile
+
+import pytest
+import yaml
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
+from ddtree_helpers import wheel
+from sim_helpers import REPO
+
+import systemd_syntax
+from ansible_collections.inferops.sglang.plugins.module_utils import _host_manifest
+from ansible_collections.inferops.sglang.plugins.module_utils import _inputs
+from ansible_collections.inferops.sglang.plugins.module_utils import _readiness
+from ansible_collections.inferops.sglang.plugins.module_utils import _variants
+
+ROLE = REPO / "roles" / "sglang_service"
+ROLE_VARS = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
+# the unit's own Environment= lines, before the host's
+UNIT_ENV = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "NO_PROXY": "127.0.0.1,localhost,::1",
+            "no_proxy": "127.0.0.1,localhost,::1", "HOME": "%S/sglang", "XDG_CACHE_HOME": "%C/sglang",
+            "PYTHONUNBUFFERED": "1", "SGLANG_LOGGING_CONFIG_PATH": "/etc/sglang/sglang-qwen.logging.json"}
+
+
+def _trust(value):
+    if isinstance(value, str):
+        return trust_as_template(value)
+    if isinstance(value, dict):
+        return {k: _trust(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_trust(v) for v in value]
+    return value
+
+
+def render(template: str, **overrides) -> str:
+    """templates/<template> as the template module renders it, with the role's vars/main.yml."""
+    loader = DataLoader()
+    variables = dict(
+        ansible_managed="Ansible managed", sglang_service_name="sglang-qwen.service",
+        sglang_service_state_dir="/var/lib/inferops-sglang", sglang_service_bind_host="127.0.0.1",
+        sglang_service_port=30000, sglang_service_served_model_name="Qwen3.6-27B", sglang_service_user="sglang",
+        sglang_service_group="sglang", sglang_service_python="/opt/sglang/venv/bin/python",
+        sglang_service_api_key="", sglang_service_read_write_paths=[], _sglang_service_gpus=[0, 2],
+        sglang_service_gpu_devices=[0, 2],
+        _sglang_service_environment={"LD_LIBRARY_PATH": "/usr/local/cuda-13.0/lib64"},
+        _sglang_service_render={"variant": "nextn", "params": {"description": "Production baseline"},
+                                "sglang_version": "0.5.11", "exec_args": "--model-path /srv/models/Qwen3.6-27B"},
+    )
+    variables.update(overrides)
+    # the role's vars/main.yml as Ansible resolves them (the ones the templates use)
+    for name in ("_sglang_service_base", "_sglang_service_config_file", "_sglang_service_credential",
+                 "_sglang_service_logging_file", "_sglang_service_logging"):
+        variables[name] = Templar(loader=loader, variables=variables).template(_trust(ROLE_VARS[name]))
+    templar = Templar(loader=loader, variables=variables)
+    text = trust_as_template((ROLE / "templates" / template).read_text())
+    return templar.template(text, escape_backslashes=False,
+                            overrides=dict(trim_blocks=True, lstrip_blocks=False, newline_sequence="\n"))
+
+
+def keys(unit: str) -> list[tuple[str, str]]:
+    return [(section, key) for section, key, _ in systemd_syntax.lines(unit)]
+
+
+def baseline_keys(**benign) -> list[tuple[str, str]]:
+    """The unit's lines (section, key) with a harmless value where the test puts a hostile one."""
+    return keys(render("sglang.service.j2", **benign))
+
+
+def verify(unit: str, tmp_path) -> None:
+    """systemd-analyze verify on the rendered unit, where systemd is installed: no warning about it."""
+    if not shutil.which("systemd-analyze"):
+        return
+    path = tmp_path / "sglang-qwen.service"
+    path.write_text(unit.replace("/opt/sglang/venv/bin/python", "/bin/true"))
+    proc = subprocess.run(["systemd-analyze", "verify", str(path)], capture_output=True, text=True, check=False)
+    own = [line for line in proc.stderr.splitlines() if path.name in line]
+    assert proc.returncode == 0 and not own, proc.stderr
+
+
+HOSTILE = {
+    "newline": "a\nExecStartPre=+/bin/sh -c 'id > /tmp/pwned'",
+    "cr": "a\rUser=root",
+    "tab": "a\tb",
+    "nul": "a\x00b",
+    "del": "a\x7fb",
+    "nel": "a\x85b",
+    "u2028": "a\u2028User=root",
+    "u2029": "a\u2029b",
+    "double_quote": 'say "hi"',
+    "single_quote": "it's",
+    "backslash": "C:\\path\\",
+    "backslash_quote": '\\"',
+    "percent": "100% %h %%n",
+    "dollar": "$HOME ${PATH} $$",
+    "space": "two words  and more ",
+    "equals": "a=b=c",
+    "semicolon_hash": "; # not a comment",
+    "very_long": "x" * 20000,
+    "non_ascii": "été ✓ 模型",
+    "empty": "",
+}
+
+
+@pytest.mark.parametrize("case", HOSTILE)
+def test_environment_values_are_refused_or_reach_the_server_exactly(case, tmp_path):
+    value = HOSTILE[case]
+    env = {"LD_LIBRARY_PATH": "/usr/local/cuda-13.0/lib64", "HOSTILE": value}
+    errors = _inputs.check_environment(env)
+    if _inputs.control_characters(value):
+        assert len(errors) == 1 and "environment variable HOSTILE must not contain control characters" in errors[0]
+        return
+    assert errors == []
+    unit = render("sglang.service.j2", _sglang_service_environment=env)
+    assert keys(unit) == baseline_keys(_sglang_service_environment=dict(env, HOSTILE="x"))
+    assert systemd_syntax.environment(unit) == dict(UNIT_ENV, CUDA_VISIBLE_DEVICES="0,2", **env)
+    verify(unit, tmp_path)
+
+
+@pytest.mark.parametrize("case", HOSTILE)
+def test_description_and_served_name_are_refused_or_stay_on_their_lines(case, tmp_path):
+    value = HOSTILE[case]
+    values = dict(served_model_name=value, variants={"nextn": {"description": value}})
+    errors = _inputs.check(values)
+    if _inputs.control_characters(value):
+        assert len(errors) == 2 and all("must not contain control characters" in e for e in errors), errors
+        return
+    assert errors == []
+    unit = render("sglang.service.j2", sglang_service_served_model_name=value,
+                  _sglang_service_render={"variant": "nextn", "params": {"description": value},
+                                          "sglang_version": "0.5.11", "exec_args": "--model-path /m"})
+    assert keys(unit) == baseline_keys()
+    description = [v for s, k, v in systemd_syntax.lines(unit) if k == "Description"]
+    assert [systemd_syntax.specifiers(d) for d in description] == [f"SGLang {value} (nextn)".strip()]
+    verify(unit, tmp_path)
+
+
+@pytest.mark.parametrize("case", HOSTILE)
+def test_command_line_arguments_are_refused_or_reach_the_server_exactly(case):
+    """exec_args (_variants.quote): the served model name and extra_args as SGLang's argv gets them."""
+    value = HOSTILE[case]
+    errors = _inputs.check(dict(served_model_name=value, common={"extra_args": ["--x", value]}))
+    if _inputs.control_characters(value):
+        assert len(errors) == 2 and all("must not contain control characters" in e for e in errors), errors
+        return
+    assert errors == []
+    argv = ["--model-path", "/srv/m", "--served-model-name", value, "--x", value]
+    unit = render("sglang.service.j2", _sglang_service_render={
+        "variant": "nextn", "params": {}, "sglang_version": "0.5.11", "exec_args": _variants.quote(argv)})
+    assert keys(unit) == baseline_keys()
+    (line,) = [v for s, k, v in systemd_syntax.lines(unit) if k == "ExecStart"]
+    # systemd.service(5) "COMMAND LINES": specifiers over the whole line, then the words, then $$ is $
+    words = systemd_syntax.words(systemd_syntax.specifiers(line))
+    assert all("$" not in w.replace("$$", "") for w in words)
+    assert [w.replace("$$", "$") for w in words] == ["/opt/sglang/venv/bin/python", "-m", "sglang.launch_server"] + argv
+
+
+@pytest.mark.parametrize("path,error", [
+    ("/srv/a\nUser=root", "must not contain control characters"),
+    ("/srv/a b", "must not contain whitespace"),
+    ("relative/x", "must be an absolute path"),
+    ("/srv/100%", None),
+    ("/srv/été", None),
+])
+def test_read_write_paths_are_refused_or_written_whole(path, error, tmp_path):
+    errors = _inputs.check_paths("sglang_service_read_write_paths", [path])
+    if error:
+        assert len(errors) == 1 and error in errors[0]
+        return
+    assert errors == []
+    unit = render("sglang.service.j2", sglang_service_read_write_paths=[path])
+    found = [systemd_syntax.words(systemd_syntax.specifiers(v)) for s, k, v in systemd_syntax.lines(unit)
+             if k == "ReadWritePaths"]
+    assert found == [[path]]
+    verify(unit, tmp_path)
+
+
+@pytest.mark.parametrize("given,devices", [("0,2", [0, 2]), ("10", [10]), (10, [10]), ([1, 3], [1, 3]), (" 0, 2 ", [0, 2])])
+def test_a_gpu_list_given_as_a_string_renders_the_validated_list(given, devices):
+    """-e sglang_service_gpu_devices=0,2 rendered CUDA_VISIBLE_DEVICES=0,,,2 and =10 gave GPUs 1 and 0:
+    the unit renders the list the manifest read validated, not the raw variable."""
+    settings, _, problems, _ = _host_manifest.settings(None, None, given)
+    assert problems == [] and settings["gpu_devices"] == devices
+    unit = render("sglang.service.j2", sglang_service_gpu_devices=given, _sglang_service_gpus=settings["gpu_devices"])
+    assert systemd_syntax.environment(unit)["CUDA_VISIBLE_DEVICES"] == ",".join(str(d) for d in devices)
+    allowed = [v for s, k, v in systemd_syntax.lines(unit) if k == "DeviceAllow"]
+    assert allowed == ["/dev/nvidiactl rw", "/dev/nvidia-uvm rw", "/dev/nvidia-uvm-tools rw"] + [
+        f"/dev/nvidia{d} rw" for d in devices]
+
+
+def test_the_preflight_keeps_the_validated_gpu_list_and_nothing_later_reads_the_raw_one():
+    preflight = yaml.safe_load((ROLE / "tasks" / "preflight.yml").read_text())
+    kept = [t for t in preflight if t.get("name") == "Keep the validated GPU list"]
+    assert kept and kept[0]["ansible.builtin.set_fact"] == {
+        "_sglang_service_gpus": "{{ __sglang_service_host.settings.gpu_devices }}"}
+    names = [t.get("name") for t in preflight]
+    assert names.index("Keep the validated GPU list") < names.index("Resolve the variant and check it can run on this host")
+    for path in list((ROLE / "tasks").glob("*.yml")) + list((ROLE / "templates").glob("*.j2")) + [ROLE / "vars/main.yml"]:
+        text = path.read_text()
+        if path.name in ("preflight.yml", "plan.yml"):
+            # the manifest read is given the raw value to validate; nothing else reads it
+            text = text.replace('gpu_devices: "{{ sglang_service_gpu_devices }}"', "", 1)
+            text = text.replace("never sglang_service_gpu_devices itself", "")
+        assert "sglang_service_gpu_devices" not in text, path
+
+
+HOSTILE_KEYS = ['ab\\cd\\', 'q"uo\'te', "#hash", "a: b", "{x: 1}", "[1, 2]", "%h%%", "$HOME", "!tag", "&anchor",
+                "*alias", "|", ">", "'", '"', "\\", "in ner sp", "null", "~", "true", "123", "0x1F", "1e3", "5-",
+                "@`", "?", ",", "=", "key # not a comment", "".join(chr(c) for c in range(0x21, 0x7F))]
+
+
+def _real_merger():
+    """Real SGLang 0.5.11's srt/server_args_config_parser.py (ConfigArgumentMerger), from the published wheel."""
+    with zipfile.ZipFile(wheel()) as archive:
+        source = archive.read("sglang/srt/server_args_config_parser.py")
+    spec = importlib.util.spec_from_loader("sglang_server_args_config_parser", loader=None)
+    module = importlib.util.module_from_spec(spec)
+    exec(compile(source, "server_args_config_parser.py", "exec"), module.__dict__)  # pylint: disable=exec-used
+    return module.ConfigArgumentMerger
+
+
+def _parse_like_sglang(merger, config: str) -> argparse.Namespace:
+    """prepare_server_args (0.5.11 srt/server_args.py:7276-7288): the merger, then argparse;
+    --api-key as ServerArgs.add_cli_args declares it (:5019-5024)."""
+    parser = argparse.ArgumentParser(prog="sglang serve", exit_on_error=False)
+    parser.add_argument("--model-path", type=str)
+    parser.add_argument("--api-key", type=str, default=None)
+    argv = merger(parser).merge_config_with_args(["--model-path", "/m", "--config", config])
+    return parser.parse_args(argv)
+
+
+@pytest.fixture(scope="module", name="merger")
+def fixture_merger():
+    return _real_merger()
+
+
+@pytest.mark.parametrize("key", HOSTILE_KEYS)
+def test_any_printable_key_reaches_sglang_byte_for_byte_through_the_config_file(key, merger, tmp_path):
+    assert _inputs.check_api_key(key) == []
+    text = render("sglang.config.yaml.j2", sglang_service_api_key=key)
+    assert yaml.safe_load(text) == {"api-key": key}
+    path = tmp_path / "sglang-qwen.yaml"
+    path.write_text(text)
+    assert _parse_like_sglang(merger, str(path)).api_key == key
+    # the pre-gate reads the running service's key from the same file
+    assert _readiness.api_key_from_config(str(path)) == key
+
+
+def test_a_key_starting_with_a_dash_would_stop_sglang_so_it_is_refused(merger, tmp_path):
+    path = tmp_path / "sglang-qwen.yaml"
+    path.write_text(render("sglang.config.yaml.j2", sglang_service_api_key="-secret"))
+    with pytest.raises((argparse.ArgumentError, SystemExit)):
+        _parse_like_sglang(merger, str(path))
+    assert _inputs.check_api_key("-secret") == [
+        "sglang_service_api_key must not begin with '-': SGLang passes it to argparse as --api-key VALUE, which "
+        "takes it for an option"]
+
+
+def test_no_key_renders_an_empty_config():
+    assert yaml.safe_load(render("sglang.config.yaml.j2")) == {}
