@@ -9,7 +9,10 @@ import os
 import re
 
 import pytest
+import yaml
 from ansible.module_utils.common import warnings as ansible_warnings
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
 from sim_helpers import run_module
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _host_manifest as hm
@@ -181,10 +184,6 @@ ROLE_VARS = os.path.join(os.path.dirname(UNIT_TEMPLATE), "..", "vars", "main.yml
 def render_unit(host_result: dict) -> list[str]:
     """The role's unit template rendered as the role renders it, with the preflight's host manifest
     read (``__sglang_service_host``) and the role's own vars/main.yml expression for the nodes."""
-    from ansible.parsing.dataloader import DataLoader
-    from ansible.template import Templar, trust_as_template
-    import yaml
-
     with open(ROLE_VARS, "r", encoding="utf-8") as handle:
         role_vars = yaml.safe_load(handle)
     settings = host_result["settings"]
@@ -221,8 +220,7 @@ def test_device_allow_names_each_gpus_device_minor_not_its_index(capsys, paths, 
     assert rc == 0 and result["settings"]["gpu_nodes"] == ["/dev/nvidia3"]
 
 
-def test_without_a_manifest_the_minor_is_read_from_the_drivers_procfs(capsys, paths, tmp_path, monkeypatch,
-                                                                        fake_nvidia_smi):
+def test_without_a_manifest_the_minor_is_read_from_the_drivers_procfs(capsys, paths, tmp_path, monkeypatch, fake_nvidia_smi):
     """No manifest: nvidia-smi (the lab's fake, ct200: GPU 1 on bus 21:00.0) gives the bus id and the
     driver's /proc/driver/nvidia/gpus/<bus>/information the minor: GPU index 1 is /dev/nvidia3."""
     monkeypatch.setenv("SGLANG_SIM_HARDWARE", os.path.join(os.path.dirname(UNIT_TEMPLATE), "..", "..", "..", "lab",
