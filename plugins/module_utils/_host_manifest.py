@@ -432,11 +432,13 @@ def gpu_nodes(devices: list[int], manifest_minors: dict[int, int],
     only the ordering nvidia-smi and CUDA_VISIBLE_DEVICES use (PCI bus order): the minor the
     driver gave a GPU can differ, and DeviceAllow= names the node."""
     nodes, sources = [], []
+    probed = probed_minors or {}
     for device in devices:
+        probed_minor = probed.get(device)
         if device in manifest_minors:
             minor, source = manifest_minors[device], "manifest"
-        elif (probed_minors or {}).get(device) is not None:
-            minor, source = probed_minors[device], "procfs"
+        elif probed_minor is not None:
+            minor, source = probed_minor, "procfs"
         else:
             minor, source = device, "index"
         nodes.append(f"/dev/nvidia{minor}")
