@@ -410,6 +410,44 @@ def settings(manifest: dict | None, tp_size=None, gpu_devices=None, python=None,
             sources, problems, warnings)
 
 
+def device_minors(manifest: dict | None) -> dict[int, int]:
+    """GPU index -> device minor (its ``/dev/nvidia<minor>``), for each GPU the manifest
+    recorded a minor of (gpu_facts read it from ``/proc/driver/nvidia/gpus/<bus id>/information``)."""
+    gpus = (manifest or {}).get("gpus") or {}
+    found: dict[int, int] = {}
+    for gpu in list(gpus.get("usable") or []) + list(gpus.get("unusable") or []):
+        if not isinstance(gpu, dict):
+            continue
+        index, minor = gpu.get("index"), gpu.get("device_minor")
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in (index, minor)) and minor >= 0:
+            found[index] = minor
+    return found
+
+
+def gpu_nodes(devices: list[int], manifest_minors: dict[int, int],
+              probed_minors: dict[int, int | None] | None = None) -> tuple[list[str], list[str]]:
+    """(the ``/dev/nvidia<minor>`` node of each GPU index in ``devices``, where each minor came from).
+
+    The minor is the manifest's, else the one read on the host now (``probed_minors``: procfs
+    through _gpu.device_minor), else the index (a host whose driver shows no
+    ``/proc/driver/nvidia/gpus``, as a lab host; gpu_facts makes the same choice). The index is
+    only the ordering nvidia-smi and CUDA_VISIBLE_DEVICES use (PCI bus order): the minor the
+    driver gave a GPU can differ, and DeviceAllow= names the node."""
+    nodes, sources = [], []
+    probed = probed_minors or {}
+    for device in devices:
+        probed_minor = probed.get(device)
+        if device in manifest_minors:
+            minor, source = manifest_minors[device], "manifest"
+        elif probed_minor is not None:
+            minor, source = probed_minor, "procfs"
+        else:
+            minor, source = device, "index"
+        nodes.append(f"/dev/nvidia{minor}")
+        sources.append(source)
+    return nodes, sources
+
+
 def build_needed(params: dict) -> str:
     """The build a variant needs: ``ddtree`` (DDTree speculative decoding, a patched build) or ``sglang``."""
     algorithm = str(params.get("speculative_algorithm") or "").upper()

@@ -168,7 +168,8 @@ def check_environment(environment: object) -> list[str]:
 
 def check_paths(what: str, paths: object) -> list[str]:
     """Absolute paths without control characters, whitespace, quotes or backslashes
-    (ReadWritePaths= is a space-separated list, systemd.exec(5))."""
+    (ReadWritePaths= is a space-separated list, systemd.exec(5)); a path may carry
+    systemd's "-" prefix (ignored when it does not exist, systemd.exec(5) SANDBOXING)."""
     if paths is None:
         return []
     if isinstance(paths, str) or not isinstance(paths, (list, tuple)):
@@ -176,7 +177,7 @@ def check_paths(what: str, paths: object) -> list[str]:
     errors: list[str] = []
     for index, path in enumerate(paths):
         label = f"{what}[{index}]"
-        if not isinstance(path, str) or not path.startswith("/"):
+        if not isinstance(path, str) or not path.removeprefix("-").startswith("/"):
             errors.append(f"{label} must be an absolute path, got {path!r}")
             continue
         found = check_text(label, path)

@@ -17,6 +17,10 @@ same way everywhere and every failure names the directory and what is wrong.
   sum of the ``*.safetensors`` files.
 - ``heads(config)``: the head counts a TP size must divide.
 
+- ``sandbox_problem(path)``: why the sandboxed service cannot see a directory
+  (under ``/tmp``, ``/var/tmp``, ``/root``, ``/home`` or ``/run/user``, as given
+  or through a symlink), or None.
+
 Errors raise ``error`` (``ModelConfigError`` unless the caller passes its own
 exception class, as the planner does with its PlanError).
 """
@@ -32,6 +36,75 @@ INDEX = "model.safetensors.index.json"
 
 class ModelConfigError(ValueError):
     """A model directory cannot be used; the message names it and says why."""
+
+
+# What the unit's sandbox hides from the server (roles/sglang_service/templates/sglang.service.j2),
+# per systemd.exec(5), SANDBOXING: PrivateTmp=yes mounts a private /tmp and /var/tmp for the
+# service ("not shared by processes outside of the namespace"); ProtectHome=yes makes /home,
+# /root and /run/user "inaccessible and empty for processes invoked by this unit".
+SANDBOX_HIDDEN = {
+    "/tmp": "PrivateTmp=yes gives the service a /tmp of its own",
+    "/var/tmp": "PrivateTmp=yes gives the service a /var/tmp of its own",
+    "/root": "ProtectHome=yes makes /root inaccessible to the service",
+    "/home": "ProtectHome=yes makes /home inaccessible to the service",
+    "/run/user": "ProtectHome=yes makes /run/user inaccessible to the service",
+}
+_MAX_LINKS = 40
+
+
+def traversed(path: str) -> list[str]:
+    """Every absolute path the kernel walks to reach ``path``: the path as given and, for
+    each symbolic link on the way, where it points (component by component, as a lookup in
+    the service's namespace would walk it). A missing component ends the walk there."""
+    walked = [os.path.normpath(path)]
+    pending = [part for part in os.path.normpath(path).split("/") if part]
+    current = "/"
+    links = 0
+    while pending:
+        part = pending.pop(0)
+        candidate = os.path.normpath(os.path.join(current, part))
+        if os.path.islink(candidate) and links < _MAX_LINKS:
+            links += 1
+            target = os.readlink(candidate)
+            resolved = os.path.normpath(os.path.join(current, target))
+            walked.append(os.path.normpath(os.path.join(resolved, *pending)) if pending else resolved)
+            pending = [p for p in resolved.split("/") if p] + pending
+            current = "/"
+            continue
+        current = candidate
+    walked.append(current)
+    return list(dict.fromkeys(walked))
+
+
+def _hidden(path: str) -> tuple[str, str, str] | None:
+    """(the path walked, the hidden directory, why) for the first path walked to ``path`` that the sandbox hides."""
+    for seen in traversed(path):
+        for hidden, why in SANDBOX_HIDDEN.items():
+            if seen == hidden or seen.startswith(hidden + "/"):
+                return seen, hidden, why
+    return None
+
+
+def sandbox_problem(path: str, what: str = "model directory") -> str | None:
+    """Why the sandboxed service could not read ``path``, or None: the directory, a symlink on the
+    way to it, or a symlink in it (a Hugging Face cache's snapshot links its files to blobs
+    elsewhere) is under a directory the unit's sandbox hides."""
+    found = _hidden(path)
+    if found is None and os.path.isdir(path):
+        try:
+            links = sorted(entry for entry in os.listdir(path) if os.path.islink(os.path.join(path, entry)))
+        except OSError:
+            links = []
+        for entry in links:
+            found = _hidden(os.path.join(path, entry))
+            if found is not None:
+                break
+    if found is None:
+        return None
+    seen, hidden, why = found
+    via = "" if seen == os.path.normpath(path) else f" (through {seen})"
+    return (f"{what} {path} is under {hidden}{via}, which the sandboxed service cannot see: {why} "
+            "(systemd.exec(5), SANDBOXING). Put it where the service can read it, e.g. /srv/models")
 
 
 def text_config(config: dict) -> dict:

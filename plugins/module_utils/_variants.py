@@ -252,3 +252,25 @@ def installed_version(run_command, python: str) -> tuple[str | None, str | None]
     if rc != 0:
         return None, f"SGLang is not installed in {python}'s environment: {(err or out).strip()[-300:]}"
     return out.strip(), None
+
+
+def read_write_path_problems(paths: list[str]) -> list[str]:
+    """Why the unit's ReadWritePaths= would fail it at start, path by path.
+
+    systemd.exec(5) (systemd 252), SANDBOXING, ReadWritePaths=: paths "may be prefixed with "-",
+    in which case they will be ignored when they do not exist"; any other path that does not
+    exist fails the service's mount namespace set-up (226/NAMESPACE, PROCESS EXIT CODES) at
+    every start. PATHS: "the paths must be absolute and must not contain a ".." path component"."""
+    problems = []
+    for path in paths or []:
+        text = str(path)
+        optional = text.startswith("-")
+        bare = text[1:] if optional else text
+        if not bare.startswith("/") or ".." in bare.split("/"):
+            problems.append(f"sglang_service_read_write_paths: {text!r} is not an absolute path without '..' "
+                            "(systemd.exec(5), PATHS)")
+        elif not optional and not os.path.exists(bare):
+            problems.append(f"sglang_service_read_write_paths: {bare} does not exist on the host, and a "
+                            "ReadWritePaths= path that does not exist fails the service at every start (226/NAMESPACE, "
+                            "systemd.exec(5)): create it first, or prefix it with '-' for systemd to skip it")
+    return problems

@@ -27,6 +27,11 @@ description:
     (the inventory or C(-e) set it) wins over the manifest's; O(environment) is laid over the manifest's proven
     environment variable by variable. With O(name), the variant is resolved and refused when its build has no
     passing verdict, or when the DDTree build in place is not the one that was probed.
+  - >-
+    O(state=read) also gives the device node of each of those GPUs (C(settings.gpu_nodes), the unit's
+    C(DeviceAllow=)): C(/dev/nvidia<minor>), the device minor the manifest recorded, else the one in
+    C(<driver_proc_dir>/gpus/<bus id>/information) now (the bus id from C(nvidia-smi)), else the GPU index.
+    The index orders GPUs for C(CUDA_VISIBLE_DEVICES); the minor the driver gave a GPU can differ from it.
   - A host without a manifest fails the read unless O(required=false).
 author:
   - inferops.sglang contributors (@inferops)
@@ -105,6 +110,12 @@ options:
     description: O(state=read). Give the unit the manifest's proven environment.
     type: bool
     default: true
+  driver_proc_dir:
+    description:
+      - O(state=read). The NVIDIA kernel module's directory in procfs, read for the device minor of a GPU the
+        manifest has none for (a deploy without a manifest).
+    type: path
+    default: /proc/driver/nvidia
   name:
     description:
       - O(state=read). The variant to deploy (a name or an alias); refused when its build has no passing verdict.
@@ -176,12 +187,17 @@ manifest:
   returned: when there is one
   type: dict
 settings:
-  description: O(state=read). The deploy's C(tp_size), C(gpu_devices), C(python) and C(environment).
+  description:
+    - O(state=read). The deploy's C(tp_size), C(gpu_devices), C(python) and C(environment), and C(gpu_nodes)
+      (the device node of each GPU of C(gpu_devices), by its device minor).
   returned: success and O(state=read)
   type: dict
-  sample: {tp_size: 2, gpu_devices: [0, 2], python: /opt/sglang/venv/bin/python, environment: {LD_LIBRARY_PATH: /usr/local/cuda-13.0/lib64}}
+  sample: {tp_size: 2, gpu_devices: [0, 2], gpu_nodes: [/dev/nvidia0, /dev/nvidia3], python: /opt/sglang/venv/bin/python,
+           environment: {LD_LIBRARY_PATH: /usr/local/cuda-13.0/lib64}}
 sources:
-  description: O(state=read). Where each setting came from (C(manifest), C(override), C(gpu_devices), C(default)).
+  description:
+    - O(state=read). Where each setting came from (C(manifest), C(override), C(gpu_devices), C(default)).
+    - C(gpu_nodes) is a list, one per GPU, C(manifest), C(procfs) or C(index) (where its minor came from).
   returned: success and O(state=read)
   type: dict
 variant:
@@ -205,6 +221,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.inferops.sglang.plugins.module_utils import _gpu as gpu_mod
 from ansible_collections.inferops.sglang.plugins.module_utils import _host_manifest as hm
 from ansible_collections.inferops.sglang.plugins.module_utils import _variants as variants_mod
 
@@ -220,6 +237,16 @@ def _ddtree(path: str) -> dict | None:
     except (OSError, UnicodeDecodeError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def _probed_minors(module: AnsibleModule, missing: list[int]) -> dict[int, int | None]:
+    """GPU index -> device minor read on the host now, for the GPUs in ``missing``: nvidia-smi gives
+    each GPU's bus id, the driver's procfs its minor. Nothing is run without that procfs directory."""
+    proc_dir = module.params["driver_proc_dir"]
+    if not missing or not os.path.isdir(os.path.join(proc_dir, "gpus")):
+        return {}
+    found = gpu_mod.read_inventory(module.run_command)
+    return {gpu["index"]: gpu_mod.device_minor(proc_dir, gpu) for gpu in found["gpus"] if gpu.get("index") in missing}
 
 
 def _present(module: AnsibleModule) -> None:
@@ -273,6 +300,9 @@ def _read(module: AnsibleModule) -> None:
 
     settings, sources, errors, warnings = hm.settings(manifest, p["tp_size"], p["gpu_devices"], p["python"],
                                                       p["environment"], p["use_environment"])
+    known = hm.device_minors(manifest)
+    settings["gpu_nodes"], sources["gpu_nodes"] = hm.gpu_nodes(
+        settings["gpu_devices"], known, _probed_minors(module, [d for d in settings["gpu_devices"] if d not in known]))
     result = dict(changed=False, path=path, exists=manifest is not None, settings=settings, sources=sources)
     if manifest is not None:
         result["manifest"] = manifest
@@ -318,6 +348,7 @@ def main() -> None:
             python=dict(type="str"),
             environment=dict(type="dict", default={}),
             use_environment=dict(type="bool", default=True),
+            driver_proc_dir=dict(type="path", default="/proc/driver/nvidia"),
             name=dict(type="str"),
             variants=dict(type="dict", default={}),
             aliases=dict(type="dict", default={}),

@@ -16,7 +16,10 @@ description:
     On the host it then checks what the variant needs, read-only. The SGLang version installed in the environment
     of O(python). That C(python -m sglang.launch_server --help) accepts every flag of the rendered command line
     and offers its speculative algorithm (a removed flag or a missing DDTree build is found here, not by a crashed
-    service). The model and draft model directories with their C(config.json). C(context_length) within the
+    service). The model and draft model directories with their C(config.json), and that the unit's sandbox lets the
+    service see them (not under C(/tmp), C(/var/tmp), C(/root), C(/home) or C(/run/user), nor through a symlink
+    there: C(PrivateTmp=yes) and C(ProtectHome=yes), systemd.exec(5)). Each of O(read_write_paths) exists (a
+    missing C(ReadWritePaths=) fails the unit at start). C(context_length) within the
     maximum of the model (C(max_position_embeddings)). O(tp_size) equal to the number of O(gpu_devices). Each GPU
     in O(gpu_devices) answering C(nvidia-smi) (a lost GPU fails here).
   - >-
@@ -48,6 +51,13 @@ options:
   draft_model_path:
     description: The draft model directory, for variants with C(draft_model=true).
     type: path
+  read_write_paths:
+    description:
+      - The unit's C(ReadWritePaths=) (the role's C(sglang_service_read_write_paths)); each must be absolute and exist
+        on the host, unless prefixed with C(-) (systemd then skips a missing one).
+    type: list
+    elements: str
+    default: []
   bind_host:
     description: Address the server listens on.
     type: str
@@ -161,11 +171,15 @@ def memory_refusal(name: str, plan: dict) -> str:
 
 def _model(path: str, what: str, errors: list[str]) -> dict | None:
     """The model directory (_model_config.read, without the weights), or None with the problem in errors."""
+    hidden = _model_config.sandbox_problem(path, what)
+    if hidden:
+        errors.append(hidden)
     try:
-        return _model_config.read(path, weights=False, what=what)
+        model = _model_config.read(path, weights=False, what=what)
     except _model_config.ModelConfigError as exc:
         errors.append(str(exc))
         return None
+    return None if hidden else model
 
 
 def main() -> None:
@@ -177,6 +191,7 @@ def main() -> None:
             model_path=dict(type="path", required=True),
             served_model_name=dict(type="str"),
             draft_model_path=dict(type="path"),
+            read_write_paths=dict(type="list", elements="str", default=[]),
             bind_host=dict(type="str", default="127.0.0.1"),
             port=dict(type="int", default=30000),
             tp_size=dict(type="int", required=True),
@@ -202,6 +217,7 @@ def main() -> None:
         errors.append(f"tp_size {p['tp_size']} does not match the {len(devices)} GPU(s) in gpu_devices {devices}")
     if not 1 <= p["port"] <= 65535:
         errors.append(f"port must be in [1, 65535], got {p['port']}")
+    errors.extend(variants_mod.read_write_path_problems(p["read_write_paths"]))
 
     model = _model(p["model_path"], "model_path", errors)
     max_len = None

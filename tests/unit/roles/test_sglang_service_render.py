@@ -61,6 +61,9 @@ def render(template: str, **overrides) -> str:
                                 "sglang_version": "0.5.11", "exec_args": "--model-path /srv/models/Qwen3.6-27B"},
     )
     variables.update(overrides)
+    # the manifest read's device nodes (tasks/preflight.yml, vars/main.yml): with no minors
+    # known, a GPU's node is its index, as sglang_host_manifest gives it on such a host
+    variables.setdefault("_sglang_service_gpu_nodes", _host_manifest.gpu_nodes(variables["_sglang_service_gpus"], {})[0])
     # the role's vars/main.yml as Ansible resolves them (the ones the templates use)
     for name in ("_sglang_service_base", "_sglang_service_config_file", "_sglang_service_credential",
                  "_sglang_service_logging_file", "_sglang_service_logging"):

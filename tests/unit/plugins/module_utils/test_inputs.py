@@ -106,6 +106,12 @@ def test_read_write_paths_must_be_plain_absolute_paths(paths):
     assert len(_inputs.check(good(read_write_paths=paths))) == 1
 
 
+def test_a_read_write_path_may_carry_systemds_minus_prefix():
+    # "-/srv/optional": systemd skips it when it does not exist (systemd.exec(5), SANDBOXING)
+    assert _inputs.check(good(read_write_paths=["-/srv/optional", "/srv/cache"])) == []
+    assert len(_inputs.check(good(read_write_paths=["-relative"]))) == 1
+
+
 HOSTILE_KEYS = ['ab\\cd\\', 'q"uo\'te', "#hash", "a: b", "{x}", "%h%%", "$HOME", "!tag", "& *a", "in ner",
                 "~", "null", "123", "0x1F", "5-", "[1,2]", "'", '"', "|", ">", "@`"]
 

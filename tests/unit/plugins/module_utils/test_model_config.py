@@ -77,3 +77,48 @@ def test_heads():
         mc.heads({"num_attention_heads": True})
     with pytest.raises(mc.ModelConfigError):
         mc.heads({"text_config": {"hidden_size": 1}})
+
+
+@pytest.mark.parametrize("path, hidden", [
+    ("/tmp/models/qwen", "/tmp"),
+    ("/var/tmp/qwen", "/var/tmp"),
+    ("/root/models/qwen", "/root"),
+    ("/home/ops/qwen", "/home"),
+    ("/run/user/0/qwen", "/run/user"),
+    ("/srv/../root/qwen", "/root"),
+])
+def test_the_sandbox_hides_tmp_and_home_from_the_service(path, hidden):
+    problem = mc.sandbox_problem(path, "model_path")
+    assert problem is not None and problem.startswith(f"model_path {path} is under {hidden}")
+    assert "systemd.exec(5)" in problem
+
+
+@pytest.mark.parametrize("path", ["/srv/models/qwen", "/homes/qwen", "/opt/tmp/qwen", "/run/users/qwen"])
+def test_paths_the_service_sees(path):
+    assert mc.sandbox_problem(path) is None
+
+
+def test_a_symlink_into_a_hidden_directory_is_followed(tmp_path, monkeypatch):
+    """A model directory reached through a symlink into a hidden directory, and a directory whose
+    files link into one (a Hugging Face cache snapshot), are as invisible to the service."""
+    home = tmp_path / "home"
+    monkeypatch.setattr(mc, "SANDBOX_HIDDEN", {str(home): "ProtectHome=yes (test stand-in)"})
+    (home / "ops" / "qwen").mkdir(parents=True)
+    (home / "ops" / "qwen" / "config.json").write_text("{}")
+    srv = tmp_path / "srv"
+    srv.mkdir()
+    (srv / "qwen").symlink_to(home / "ops" / "qwen")
+    problem = mc.sandbox_problem(str(srv / "qwen"), "model_path")
+    assert problem is not None and f"is under {home} (through {home / 'ops' / 'qwen'})" in problem
+    # a link on the way, not the last component
+    (srv / "models").symlink_to(home / "ops")
+    assert f"(through {home / 'ops' / 'qwen'})" in mc.sandbox_problem(str(srv / "models" / "qwen"))
+    # a snapshot directory whose files are links to blobs in a hidden cache
+    snapshot = srv / "snapshot"
+    snapshot.mkdir()
+    (snapshot / "config.json").symlink_to(home / "ops" / "qwen" / "config.json")
+    assert f"(through {home / 'ops' / 'qwen' / 'config.json'})" in mc.sandbox_problem(str(snapshot))
+    plain = srv / "plain"
+    plain.mkdir()
+    (plain / "config.json").write_text("{}")
+    assert mc.sandbox_problem(str(plain)) is None

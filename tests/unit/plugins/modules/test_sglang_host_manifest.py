@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
+import yaml
 from ansible.module_utils.common import warnings as ansible_warnings
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
 from sim_helpers import run_module
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _host_manifest as hm
@@ -52,7 +56,8 @@ def paths(tmp_path, monkeypatch):
     ddtree.parent.mkdir()
     ddtree.write_text(json.dumps({"format": 1, "state": "applied", "build_id": "ab" * 32, "site_packages": SITE,
                                   "files": [{"path": BUILD_FILE}]}))
-    return {"path": str(tmp_path / "etc" / "inferops-sglang" / "host.json"), "ddtree_manifest": str(ddtree)}
+    return {"path": str(tmp_path / "etc" / "inferops-sglang" / "host.json"), "ddtree_manifest": str(ddtree),
+            "driver_proc_dir": str(tmp_path / "no-driver")}
 
 
 def write(capsys, paths, probe, check_mode=False, **more):
@@ -105,7 +110,8 @@ def test_read_gives_the_manifests_settings(capsys, paths):
     rc, result = read(capsys, paths, name="nextn", environment={"EXTRA": "1"})
     assert rc == 0, result
     assert result["settings"] == {"tp_size": 2, "gpu_devices": [0, 2], "python": "/opt/sglang/venv/bin/python",
-                                  "environment": dict(ENV, EXTRA="1")}
+                                  "environment": dict(ENV, EXTRA="1"), "gpu_nodes": ["/dev/nvidia0", "/dev/nvidia2"]}
+    assert result["sources"]["gpu_nodes"] == ["manifest", "manifest"]
     assert result["variant"] == "nextn" and result["build"]["needed"] == "sglang"
 
 
@@ -166,3 +172,73 @@ def test_a_rejected_and_rolled_back_build_is_recorded_and_refused(capsys, paths)
     assert error in result["msg"]
     rc, result = read(capsys, paths, name="nextn")
     assert rc == 0, result
+
+
+# -- the unit's DeviceAllow= by device minor -------------------------------------
+
+UNIT_TEMPLATE = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "roles", "sglang_service", "templates",
+                             "sglang.service.j2")
+ROLE_VARS = os.path.join(os.path.dirname(UNIT_TEMPLATE), "..", "vars", "main.yml")
+
+
+def render_unit(host_result: dict) -> list[str]:
+    """The role's unit template rendered as the role renders it, with the preflight's host manifest
+    read (``__sglang_service_host``) and the role's own vars/main.yml expression for the nodes."""
+    with open(ROLE_VARS, "r", encoding="utf-8") as handle:
+        role_vars = yaml.safe_load(handle)
+    settings = host_result["settings"]
+    variables = dict(
+        ansible_managed="managed", __sglang_service_host=host_result,
+        _sglang_service_gpu_nodes=trust_as_template(role_vars["_sglang_service_gpu_nodes"]),
+        _sglang_service_render={"variant": "nextn", "params": {}, "sglang_version": "0.5.11", "exec_args": "--port 30000"},
+        _sglang_service_config_file="/etc/sglang/sglang-qwen.yaml", _sglang_service_logging_file="/etc/sglang/l.json",
+        _sglang_service_credential="sglang-qwen.yaml", _sglang_service_base="sglang-qwen",
+        sglang_service_served_model_name="qwen", sglang_service_user="sglang", sglang_service_group="sglang",
+        sglang_service_gpu_devices=settings["gpu_devices"], _sglang_service_environment={}, sglang_service_api_key="",
+        # the preflight's fact: the GPU list the manifest read validated (tasks/preflight.yml)
+        _sglang_service_gpus=settings["gpu_devices"],
+        sglang_service_python=settings["python"], sglang_service_read_write_paths=[])
+    with open(UNIT_TEMPLATE, "r", encoding="utf-8") as handle:
+        text = handle.read()
+    return Templar(loader=DataLoader(), variables=variables).template(trust_as_template(text)).splitlines()
+
+
+def test_device_allow_names_each_gpus_device_minor_not_its_index(capsys, paths, monkeypatch):
+    """GPU 2 (bus 41:00.0) is /dev/nvidia3 on this host: the unit allows /dev/nvidia3, and
+    CUDA_VISIBLE_DEVICES keeps the index order (on main the unit allowed /dev/nvidia2, another GPU)."""
+    gpus = json.loads(json.dumps(GPUS))
+    gpus["gpus"][2]["device_minor"] = 3
+    monkeypatch.setitem(globals(), "GPUS", gpus)
+    write(capsys, paths, ok_probe())
+    rc, result = read(capsys, paths, name="nextn")
+    assert rc == 0, result
+    assert result["settings"]["gpu_nodes"] == ["/dev/nvidia0", "/dev/nvidia3"]
+    unit = render_unit(result)
+    assert [line for line in unit if re.match(r"DeviceAllow=/dev/nvidia[0-9]", line)] == [
+        "DeviceAllow=/dev/nvidia0 rw", "DeviceAllow=/dev/nvidia3 rw"]
+    assert "Environment=CUDA_VISIBLE_DEVICES=0,2" in unit
+    # an override of the GPUs takes the minors of those GPUs from the manifest too
+    rc, result = read(capsys, paths, gpu_devices=[2])
+    assert rc == 0 and result["settings"]["gpu_nodes"] == ["/dev/nvidia3"]
+
+
+def test_without_a_manifest_the_minor_is_read_from_the_drivers_procfs(capsys, paths, tmp_path, monkeypatch, fake_nvidia_smi):
+    """No manifest: nvidia-smi (the lab's fake, ct200: GPU 1 on bus 21:00.0) gives the bus id and the
+    driver's /proc/driver/nvidia/gpus/<bus>/information the minor: GPU index 1 is /dev/nvidia3."""
+    monkeypatch.setenv("SGLANG_SIM_HARDWARE", os.path.join(os.path.dirname(UNIT_TEMPLATE), "..", "..", "..", "lab",
+                                                           "hosts", "ct200", "hardware.json"))
+    monkeypatch.setenv("SGLANG_SIM_STATE", str(tmp_path / "gpu"))
+    fake_nvidia_smi()
+    info = tmp_path / "proc-driver-nvidia" / "gpus" / "0000:21:00.0"
+    info.mkdir(parents=True)
+    (info / "information").write_text("Model: \t\t NVIDIA RTX PRO 6000 Blackwell Workstation Edition\nDevice Minor: \t 3\n")
+    rc, result = read(capsys, dict(paths, driver_proc_dir=str(tmp_path / "proc-driver-nvidia")), name="nextn",
+                      required=False, tp_size=1, gpu_devices=[1])
+    assert rc == 0, result
+    assert result["settings"]["gpu_nodes"] == ["/dev/nvidia3"] and result["sources"]["gpu_nodes"] == ["procfs"]
+    unit = render_unit(result)
+    assert "DeviceAllow=/dev/nvidia3 rw" in unit and "DeviceAllow=/dev/nvidia1 rw" not in unit
+    assert "Environment=CUDA_VISIBLE_DEVICES=1" in unit
+    # a GPU the driver's procfs does not list (a lab host) keeps its index
+    rc, result = read(capsys, paths, name="nextn", required=False, tp_size=1, gpu_devices=[0])
+    assert rc == 0 and result["settings"]["gpu_nodes"] == ["/dev/nvidia0"] and result["sources"]["gpu_nodes"] == ["index"]

@@ -4,7 +4,10 @@ nvidia-smi reading ct129's hardware file (GPU 1 lost)."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
+import tempfile
 
 import pytest
 import yaml
@@ -139,3 +142,45 @@ def test_memory_plan_off_and_without_gpu_checks(host, capsys):
     rc, result = run(capsys, name="shadow", check_gpus=False)
     assert rc == 0 and result["memory_plan"] is None
     assert result["memory_warnings"] == ["the memory plan is skipped: it needs the GPUs' memory, and check_gpus is false"]
+
+
+@pytest.fixture
+def model_in_tmp():
+    """A copy of the lab's model directories under /tmp, as an operator might stage them."""
+    with tempfile.TemporaryDirectory(dir="/tmp") as top:
+        for name in ("Qwen3.6-27B", "Qwen3.6-27B-DFlash"):
+            shutil.copytree(MODELS / name, os.path.join(top, name))
+        yield top
+
+
+def test_a_model_the_sandbox_hides_is_refused(host, capsys, model_in_tmp):
+    """PrivateTmp=yes: the service sees a /tmp of its own, so a model under the host's /tmp is not
+    there for it (main passed this preflight and the server failed at start)."""
+    host()
+    model, draft = os.path.join(model_in_tmp, "Qwen3.6-27B"), os.path.join(model_in_tmp, "Qwen3.6-27B-DFlash")
+    rc, result = run(capsys, model_path=model, draft_model_path=draft)
+    assert rc == 1
+    assert any(e.startswith(f"model_path {model} is under /tmp, which the sandboxed service cannot see: PrivateTmp=yes")
+               for e in result["errors"]), result["errors"]
+    assert any(e.startswith(f"draft_model_path {draft} is under /tmp") for e in result["errors"])
+    rc, result = run(capsys, model_path="/root/models/Qwen3.6-27B")
+    assert rc == 1
+    assert any(e.startswith("model_path /root/models/Qwen3.6-27B is under /root, which the sandboxed service cannot see: "
+                            "ProtectHome=yes") for e in result["errors"]), result["errors"]
+
+
+def test_read_write_paths_must_exist(host, capsys, tmp_path):
+    """ReadWritePaths= on a missing path fails the unit at every start: refused before anything changes."""
+    host()
+    missing = str(tmp_path / "absent")
+    rc, result = run(capsys, read_write_paths=[missing, "relative/dir", "/srv/../etc", str(tmp_path)])
+    assert rc == 1
+    assert [e for e in result["errors"] if e.startswith("sglang_service_read_write_paths")] == [
+        f"sglang_service_read_write_paths: {missing} does not exist on the host, and a ReadWritePaths= path that does "
+        "not exist fails the service at every start (226/NAMESPACE, systemd.exec(5)): create it first, or prefix it "
+        "with '-' for systemd to skip it",
+        "sglang_service_read_write_paths: 'relative/dir' is not an absolute path without '..' (systemd.exec(5), PATHS)",
+        "sglang_service_read_write_paths: '/srv/../etc' is not an absolute path without '..' (systemd.exec(5), PATHS)",
+    ]
+    rc, result = run(capsys, read_write_paths=["-" + missing, str(tmp_path)])
+    assert rc == 0, result
