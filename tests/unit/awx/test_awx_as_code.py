@@ -140,13 +140,19 @@ def test_the_inventory_variants_are_offered(tmp_path):
     assert len(choices) == len(set(choices))
 
 
-def test_a_broken_table_stops_the_playbook(tmp_path):
+def configure_with_alias(tmp_path, alias: str, target: str):
+    """configure.yml run on the role's variant table with one alias added; it must fail (exit 2)."""
     defaults = table()
-    defaults["sglang_service_variant_aliases"]["ghost"] = "no-such-variant"
+    defaults["sglang_service_variant_aliases"][alias] = target
     broken = tmp_path / "defaults.yml"
     broken.write_text(yaml.safe_dump(defaults))
     result = run_configure(tmp_path, "-e", f"awx_variant_table_file={broken}", check=False)
     assert result.proc.returncode == 2, result.proc.stdout
+    return result
+
+
+def test_a_broken_table_stops_the_playbook(tmp_path):
+    result = configure_with_alias(tmp_path, "ghost", "no-such-variant")
     assert "the variant table cannot make a survey" in result.proc.stdout
     assert result.survey is None
 
@@ -251,12 +257,7 @@ def test_plan_reads_the_survey_answer(answer, planned):
 
 
 def test_a_variant_named_as_the_every_answer_stops_the_playbook(tmp_path):
-    defaults = table()
-    defaults["sglang_service_variant_aliases"]["every variant"] = "nextn"
-    broken = tmp_path / "defaults.yml"
-    broken.write_text(yaml.safe_dump(defaults))
-    result = run_configure(tmp_path, "-e", f"awx_variant_table_file={broken}", check=False)
-    assert result.proc.returncode == 2, result.proc.stdout
+    result = configure_with_alias(tmp_path, "every variant", "nextn")
     assert 'none may be named "every variant"' in result.proc.stdout
     assert result.templates is None
 
