@@ -35,7 +35,7 @@ def test_hostile_values_are_refused_by_the_first_preflight_check(tmp_path):
     hosts = {name: dict(ansible_connection="local", ansible_python_interpreter=sys.executable,
                         inferops_model_path="/srv/models/none", sglang_service_host_manifest=str(tmp_path / "none.json"),
                         sglang_service_state_dir=str(tmp_path / "state"), **values)
-             for name, (values, _) in CASES.items()}
+             for name, (values, _error) in CASES.items()}
     (tmp_path / "inventory.yml").write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
     (tmp_path / "play.yml").write_text(yaml.safe_dump([{
         "hosts": "all", "gather_facts": False,
@@ -55,7 +55,7 @@ def test_hostile_values_are_refused_by_the_first_preflight_check(tmp_path):
     for task in tasks:
         for host, result in task["hosts"].items():
             by_host.setdefault(host, []).append((task["task"]["name"].split(" : ", 1)[-1], result))
-    for name, (_, error) in CASES.items():
+    for name, (_values, error) in CASES.items():
         ran = by_host[name]
         failed = [(task, result) for task, result in ran if result.get("failed")]
         assert len(failed) == 1, (name, ran)
@@ -67,5 +67,5 @@ def test_hostile_values_are_refused_by_the_first_preflight_check(tmp_path):
             continue
         assert task == "Check the deploy's input (names, values that reach the unit, the API key, the gate's settings)"
         assert result["msg"].startswith("bad input, nothing was changed: ") and error in result["msg"], result["msg"]
-        assert [t for t, _ in ran][-1] == task  # nothing after it ran
+        assert [t for t, _result in ran][-1] == task  # nothing after it ran
     assert not (tmp_path / "state").exists()

@@ -75,7 +75,7 @@ def render(template: str, **overrides) -> str:
 
 
 def keys(unit: str) -> list[tuple[str, str]]:
-    return [(section, key) for section, key, _ in systemd_syntax.lines(unit)]
+    return [(section, key) for section, key, _value in systemd_syntax.lines(unit)]
 
 
 def baseline_keys(**benign) -> list[tuple[str, str]]:
@@ -195,7 +195,7 @@ def test_read_write_paths_are_refused_or_written_whole(path, error, tmp_path):
 def test_a_gpu_list_given_as_a_string_renders_the_validated_list(given, devices):
     """-e sglang_service_gpu_devices=0,2 rendered CUDA_VISIBLE_DEVICES=0,,,2 and =10 gave GPUs 1 and 0:
     the unit renders the list the manifest read validated, not the raw variable."""
-    settings, _, problems, _ = _host_manifest.settings(None, None, given)
+    settings, _sources, problems, _warnings = _host_manifest.settings(None, None, given)
     assert problems == [] and settings["gpu_devices"] == devices
     unit = render("sglang.service.j2", sglang_service_gpu_devices=given, _sglang_service_gpus=settings["gpu_devices"])
     assert systemd_syntax.environment(unit)["CUDA_VISIBLE_DEVICES"] == ",".join(str(d) for d in devices)

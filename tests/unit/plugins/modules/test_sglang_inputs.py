@@ -26,7 +26,7 @@ def args(**overrides) -> dict:
 
 
 def test_the_role_defaults_pass(capsys):
-    rc, result, _ = run_module(sglang_inputs.main, capsys, args(api_key="s3cr3t"))
+    rc, result, _warnings = run_module(sglang_inputs.main, capsys, args(api_key="s3cr3t"))
     assert rc == 0 and result["changed"] is False, result
 
 
@@ -38,7 +38,7 @@ def test_a_bad_key_is_refused_and_never_printed(capsys, key):
 
 
 def test_every_problem_is_reported_at_once(capsys):
-    rc, result, _ = run_module(sglang_inputs.main, capsys, args(
+    rc, result, _warnings = run_module(sglang_inputs.main, capsys, args(
         service_name="../../tmp/x.service", variants=dict(DEFAULTS["sglang_service_variants"], **{"../x": {}}),
         environment={"A": "1\nB=2"}, read_write_paths=["/srv/a\nUser=root"],
         settings=dict(SETTINGS, sglang_service_gate_interval="0")))

@@ -13,9 +13,20 @@ import pytest
 import yaml
 from sim_helpers import MODELS, REPO, run_module
 
+from ansible_collections.inferops.sglang.plugins.module_utils import _model_config
 from ansible_collections.inferops.sglang.plugins.modules import sglang_variant
 
 DEFAULTS = yaml.safe_load((REPO / "roles/sglang_service/defaults/main.yml").read_text())
+SANDBOX_HIDDEN = dict(_model_config.SANDBOX_HIDDEN)
+
+
+@pytest.fixture(autouse=True)
+def checkout_visible(monkeypatch):
+    """The lab's model directories are this checkout's, which may itself lie where the unit's
+    sandbox hides (a CI clone under /tmp or /root): here that one directory counts as visible.
+    The sandbox's own test puts the real list back."""
+    visible = {hidden: why for hidden, why in SANDBOX_HIDDEN.items() if not str(MODELS).startswith(hidden + "/")}
+    monkeypatch.setattr(_model_config, "SANDBOX_HIDDEN", visible)
 
 
 @pytest.fixture
@@ -153,9 +164,10 @@ def model_in_tmp():
         yield top
 
 
-def test_a_model_the_sandbox_hides_is_refused(host, capsys, model_in_tmp):
+def test_a_model_the_sandbox_hides_is_refused(host, capsys, model_in_tmp, monkeypatch):
     """PrivateTmp=yes: the service sees a /tmp of its own, so a model under the host's /tmp is not
     there for it (main passed this preflight and the server failed at start)."""
+    monkeypatch.setattr(_model_config, "SANDBOX_HIDDEN", SANDBOX_HIDDEN)
     host()
     model, draft = os.path.join(model_in_tmp, "Qwen3.6-27B"), os.path.join(model_in_tmp, "Qwen3.6-27B-DFlash")
     rc, result = run(capsys, model_path=model, draft_model_path=draft)
