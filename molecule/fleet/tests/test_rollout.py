@@ -128,7 +128,8 @@ def test_a_bad_rollout_setting_touches_no_host(tmp_path, answers):
     assert "inferops_deploy" not in artifact and artifact["inferops_rollout"]["hosts"] == HOSTS
     assert {name: state(name) for name in HOSTS} == before
     summary = stdout[stdout.index("DEPLOY SUMMARY"):]
-    rows = {line.split()[0]: line for line in summary.splitlines()[2:6]}
+    rows = {line.split()[0]: line for line in summary.splitlines()[1:] if line.split() and line.split()[0] in HOSTS}
+    assert set(rows) == set(HOSTS), summary
     assert "failed before switching" in rows["fleet-01"]
     assert all("not reached" in rows[name] for name in HOSTS[1:])
     assert "The rollout stopped after fleet-01: 3 host(s) not reached" in summary
