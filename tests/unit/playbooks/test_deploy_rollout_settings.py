@@ -1,7 +1,11 @@
 """deploy.yml refuses a bad rollout setting (rollout_canary, rollout_batch,
 rollout_max_fail_percentage) before the deploy play starts, for a command-line
 run (-e key=value: strings) and for an AWX job (ansible-runner's extra vars:
-integers or strings). Run for real, with ansible-playbook and ansible-runner,
+integers or strings).
+
+Every value is checked against deploy.yml's own check (its assert's expression,
+read from the playbook and rendered by Ansible's templating in this process).
+The plumbing around it runs for real, with ansible-playbook and ansible-runner,
 against an inventory of hosts on a local connection in a temporary directory:
 a refused run never reaches the sglang_service role and writes nothing; a
 valid setting passes the check and the run goes on to the role, which then
@@ -17,6 +21,8 @@ from pathlib import Path
 import ansible_runner
 import pytest
 import yaml
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
 
 REPO = Path(__file__).resolve().parents[3]
 BIN = Path(sys.executable).parent
@@ -91,6 +97,15 @@ def assert_refused(lab: Path, rc: int, output: str, message: str, hosts: list[st
     assert f"{hosts[0]}: {REFUSED}" in output
 
 
+def rollout_errors(**settings) -> list[str]:
+    """deploy.yml's rollout check on these settings (the play's defaults for the rest), as Ansible renders it."""
+    (play, *_rest) = yaml.safe_load((REPO / "deploy.yml").read_text())
+    (task,) = [t for t in play["tasks"] if t["name"] == "The rollout settings must be valid"]
+    variables = {**play["vars"], "variant": "balanced", **settings}
+    return Templar(loader=DataLoader(), variables=variables).template(trust_as_template(task["vars"]["_rollout_errors"]))
+
+
+# -e key=value: every value arrives as a string
 @pytest.mark.parametrize(("name", "value", "why"), [
     ("rollout_batch", "0", BATCH),      # Ansible's serial 0 or less: every remaining host at once
     ("rollout_batch", "-1", BATCH),
@@ -110,9 +125,52 @@ def assert_refused(lab: Path, rc: int, output: str, message: str, hosts: list[st
     ("rollout_max_fail_percentage", "", FAIL),
     ("rollout_max_fail_percentage", "50%", FAIL),
 ])
-def test_a_bad_setting_on_the_command_line_is_refused_before_any_host(lab, name, value, why):
-    rc, output = playbook(lab, "-e", f"{name}={value}")
-    assert_refused(lab, rc, output, f'{name}="{value}" {why}', HOSTS)
+def test_a_bad_setting_on_the_command_line_is_refused(name, value, why):
+    assert rollout_errors(**{name: value}) == [f'{name}="{value}" {why}']
+
+
+# ansible-runner's extra vars (AWX): integers stay integers, and a launcher may send anything
+@pytest.mark.parametrize(("extravars", "message"), [
+    ({"rollout_batch": 0}, f'rollout_batch="0" {BATCH}'),
+    ({"rollout_batch": -1}, f'rollout_batch="-1" {BATCH}'),
+    ({"rollout_canary": 0}, f'rollout_canary="0" {CANARY}'),
+    ({"rollout_canary": True}, f'rollout_canary="True" {CANARY}'),
+    ({"rollout_max_fail_percentage": -5}, f'rollout_max_fail_percentage="-5" {FAIL}'),
+    ({"rollout_max_fail_percentage": 101}, f'rollout_max_fail_percentage="101" {FAIL}'),
+    ({"rollout_max_fail_percentage": False}, f'rollout_max_fail_percentage="False" {FAIL}'),
+    ({"rollout_batch": None}, f'rollout_batch="None" {BATCH}'),
+    ({"rollout_batch": [1, 2]}, f'rollout_batch="[1, 2]" {BATCH}'),
+], ids=lambda v: str(v) if isinstance(v, dict) else "")
+def test_a_bad_setting_as_an_extra_var_is_refused(extravars, message):
+    assert rollout_errors(**extravars) == [message]
+
+
+def survey_batches() -> list[str]:
+    survey = yaml.safe_load((REPO / "awx" / "vars" / "main.yml").read_text())["awx_deploy_survey"]
+    (batch,) = [q for q in survey["spec"] if q["variable"] == "rollout_batch"]
+    return batch["choices"]
+
+
+@pytest.mark.parametrize(("canary", "batch", "fail"), [
+    ("1", "1", "0"), ("2", "10%", "100"), ("1000", "100%", "50"), ("3", "7", "1"),
+    (2, 7, 0), (1, "25%", 100),
+])
+def test_good_settings_pass(canary, batch, fail):
+    assert rollout_errors(rollout_canary=canary, rollout_batch=batch, rollout_max_fail_percentage=fail) == []
+
+
+@pytest.mark.parametrize("batch", survey_batches())
+def test_every_survey_batch_passes(batch):
+    """Each answer the deploy survey offers, with the survey's bounds for the integers, as AWX passes them."""
+    assert rollout_errors(rollout_canary=1, rollout_batch=batch, rollout_max_fail_percentage=100) == []
+    assert rollout_errors(rollout_canary=1000, rollout_batch=batch, rollout_max_fail_percentage=0) == []
+
+
+# The plumbing, for real: the check runs before the deploy play, once, whatever the limit or the tags.
+
+def test_a_bad_setting_on_the_command_line_stops_the_run_before_any_host(lab):
+    rc, output = playbook(lab, "-e", "rollout_batch=0")
+    assert_refused(lab, rc, output, f'rollout_batch="0" {BATCH}', HOSTS)
 
 
 def test_every_bad_setting_is_named_and_a_limit_is_checked_too(lab):
@@ -123,24 +181,14 @@ def test_every_bad_setting_is_named_and_a_limit_is_checked_too(lab):
 
 
 def test_a_run_limited_by_tags_is_checked_too(lab):
-    rc, output = playbook(lab, "--tags", "sglang_service_preflight", "-e", "rollout_batch=0")
-    assert_refused(lab, rc, output, f'rollout_batch="0" {BATCH}', HOSTS)
+    rc, output = playbook(lab, "--tags", "sglang_service_preflight", "-e", "rollout_canary=abc")
+    assert_refused(lab, rc, output, f'rollout_canary="abc" {CANARY}', HOSTS)
 
 
-@pytest.mark.parametrize(("extravars", "message"), [
-    ({"rollout_batch": 0}, f'rollout_batch="0" {BATCH}'),
-    ({"rollout_batch": -1}, f'rollout_batch="-1" {BATCH}'),
-    ({"rollout_canary": 0}, f'rollout_canary="0" {CANARY}'),
-    ({"rollout_canary": True}, f'rollout_canary="True" {CANARY}'),
-    ({"rollout_max_fail_percentage": -5}, f'rollout_max_fail_percentage="-5" {FAIL}'),
-    ({"rollout_max_fail_percentage": 101}, f'rollout_max_fail_percentage="101" {FAIL}'),
-    ({"rollout_batch": None}, f'rollout_batch="None" {BATCH}'),
-    ({"rollout_batch": [1, 2]}, f'rollout_batch="[1, 2]" {BATCH}'),
-], ids=lambda v: str(v) if isinstance(v, dict) else "")
-def test_a_bad_setting_from_ansible_runner_is_refused_before_any_host(lab, extravars, message):
+def test_a_bad_setting_from_ansible_runner_stops_the_job_before_any_host(lab):
     """AWX hands the survey's answers to ansible-runner as extra vars: integers stay integers."""
-    rc, output = runner(lab, extravars, limit="h2,h3")
-    assert_refused(lab, rc, output, message, ["h2", "h3"])
+    rc, output = runner(lab, {"rollout_max_fail_percentage": 101}, limit="h2,h3")
+    assert_refused(lab, rc, output, f'rollout_max_fail_percentage="101" {FAIL}', ["h2", "h3"])
 
 
 def assert_checked_and_deployed(lab: Path, rc: int, output: str, canary: int, hosts: list[str]) -> None:
@@ -153,19 +201,9 @@ def assert_checked_and_deployed(lab: Path, rc: int, output: str, canary: int, ho
     assert not (lab / "host").exists()
 
 
-def survey_batches() -> list[str]:
-    survey = yaml.safe_load((REPO / "awx" / "vars" / "main.yml").read_text())["awx_deploy_survey"]
-    (batch,) = [q for q in survey["spec"] if q["variable"] == "rollout_batch"]
-    return batch["choices"]
-
-
-@pytest.mark.parametrize(("canary", "batch", "fail"), [
-    ("1", "1", "0"), ("2", "10%", "100"), ("1000", "100%", "50"), ("3", "7", "1"),
-])
-def test_good_settings_on_the_command_line_pass(lab, canary, batch, fail):
-    rc, output = playbook(lab, "-e", f"rollout_canary={canary}", "-e", f"rollout_batch={batch}",
-                          "-e", f"rollout_max_fail_percentage={fail}")
-    assert_checked_and_deployed(lab, rc, output, int(canary), HOSTS)
+def test_good_settings_on_the_command_line_pass(lab):
+    rc, output = playbook(lab, "-e", "rollout_canary=2", "-e", "rollout_batch=10%", "-e", "rollout_max_fail_percentage=100")
+    assert_checked_and_deployed(lab, rc, output, 2, HOSTS)
 
 
 def test_the_defaults_pass(lab):
@@ -174,8 +212,7 @@ def test_the_defaults_pass(lab):
     assert "canary 1 then batches of 25%, stop above 0% failed in a batch" in output
 
 
-@pytest.mark.parametrize("batch", survey_batches())
-def test_every_survey_batch_passes_through_ansible_runner(lab, batch):
-    """Each answer the deploy survey offers, with the survey's bounds for the integers, as AWX passes them."""
-    rc, output = runner(lab, {"rollout_canary": 2, "rollout_batch": batch, "rollout_max_fail_percentage": 100})
+def test_a_survey_answer_passes_through_ansible_runner(lab):
+    """The survey's answers as AWX passes them: integers, and a batch that is a percentage."""
+    rc, output = runner(lab, {"rollout_canary": 2, "rollout_batch": survey_batches()[-1], "rollout_max_fail_percentage": 100})
     assert_checked_and_deployed(lab, rc, output, 2, HOSTS)

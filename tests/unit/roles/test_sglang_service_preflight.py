@@ -27,6 +27,14 @@ CASES = {
     "key_newline": ({"sglang_service_api_key": "hostile-secret\nLD_PRELOAD=/tmp/x.so"},
                     "sglang_service_api_key must be printable ASCII"),
     "key_cyrillic": ({"sglang_service_api_key": "hostile-secret-ключ"}, "sglang_service_api_key must be printable ASCII"),
+    "key_leading_dash": ({"sglang_service_api_key": "-hostile-secret"}, "sglang_service_api_key must not begin with '-'"),
+    "served_name_u2028": ({"sglang_service_served_model_name": "Qwen\u2028User=root"},
+                          "sglang_service_served_model_name must not contain control characters"),
+    "user_newline": ({"sglang_service_user": "root\nUser=root"}, "sglang_service_user must be a user or group name"),
+    "stall_budget_negative": ({"sglang_service_gate_stall_budgets": {"weights": -1}},
+                              "sglang_service_gate_stall_budgets.weights must be a finite number of seconds >= 0"),
+    "keep_attempts_zero": ({"sglang_service_keep_attempts": 0},
+                           "sglang_service_keep_attempts (attempt directories kept) must be >= 1"),
     "good": ({}, None),
 }
 
