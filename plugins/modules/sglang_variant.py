@@ -93,6 +93,14 @@ options:
     description: Overrides of the planner's estimates, see M(inferops.sglang.sglang_memory_plan).
     type: dict
     default: {}
+  credentials:
+    description:
+      - The unit hands the service a file by C(LoadCredential=) (the role does when an API key is set). Check that
+        systemd on this host delivers it to a service's user, with a transient service (C(systemd-run), as
+        C(nobody), C(SetCredential=)) that must read it back. Where the root mount is not shared, as in a privileged
+        container, systemd 252 gives the service an empty directory and SGLang dies at start.
+    type: bool
+    default: false
 """
 
 EXAMPLES = r"""
@@ -154,6 +162,7 @@ errors:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.inferops.sglang.plugins.module_utils import _credentials
 from ansible_collections.inferops.sglang.plugins.module_utils import _gpu as gpu_mod
 from ansible_collections.inferops.sglang.plugins.module_utils import _memplan
 from ansible_collections.inferops.sglang.plugins.module_utils import _model_config
@@ -200,6 +209,7 @@ def main() -> None:
             memory_plan=dict(type="bool", default=True),
             memory_override=dict(type="bool", default=False),
             memory_assumptions=dict(type="dict", default={}),
+            credentials=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
@@ -231,6 +241,11 @@ def main() -> None:
             errors.append(f"variant {name} needs a draft model but draft_model_path is not set")
         else:
             _model(p["draft_model_path"], "draft_model_path", errors)
+
+    if p["credentials"]:
+        refused = _credentials.problem(module.run_command)
+        if refused:
+            errors.append(refused)
 
     memory: list[int] = []
     if p["check_gpus"]:

@@ -8,6 +8,7 @@ import os
 import shutil
 import sys
 import tempfile
+from pathlib import Path
 
 import pytest
 import yaml
@@ -196,3 +197,50 @@ def test_read_write_paths_must_exist(host, capsys, tmp_path):
     ]
     rc, result = run(capsys, read_write_paths=["-" + missing, str(tmp_path)])
     assert rc == 0, result
+
+
+@pytest.fixture(name="systemd_run")
+def fixture_systemd_run(tmp_path, monkeypatch):
+    """A systemd-run on PATH that answers as systemd 252 did in the lab's privileged container:
+    with the root mount shared the transient service reads its credential; with it private the
+    service's $CREDENTIALS_DIRECTORY is empty and root-only. It records each command line."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "systemd-run.log"
+    script = bin_dir / "systemd-run"
+    script.write_text(f"""#!/bin/sh
+printf '%s\\n' "$*" >> {log}
+if [ "$(cat {tmp_path}/mount)" = shared ]; then printf delivered; exit 0; fi
+echo "cat: /run/credentials/run-u7.service/inferops-credential-probe: Permission denied" >&2
+exit 1
+""")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+
+    def make(mount: str) -> Path:
+        (tmp_path / "mount").write_text(mount)
+        return log
+
+    return make
+
+
+def test_a_host_whose_systemd_loses_the_credentials_is_refused(host, capsys, systemd_run):
+    """With an API key the unit hands SGLang its --config by LoadCredential=: a host where that
+    arrives empty (a privileged container, root mount private) is refused before anything changes,
+    and so is not probed at all without a key."""
+    host()
+    log = systemd_run("private")
+    rc, result = run(capsys, credentials=True)
+    assert rc == 1
+    (problem,) = [e for e in result["errors"] if "credentials" in e]
+    assert problem.startswith("systemd on this host does not hand a service its credentials: ")
+    assert "Permission denied" in problem and "mount --make-rshared /" in problem
+    assert "SetCredential=inferops-credential-probe:delivered" in log.read_text()
+    systemd_run("shared")
+    rc, result = run(capsys, credentials=True)
+    assert rc == 0, result
+    log.unlink()
+    systemd_run("private")
+    rc, result = run(capsys)
+    assert rc == 0, result
+    assert not log.exists()
