@@ -112,7 +112,7 @@ conformance: $(VENV)/.stamp real
 ## molecule/real mounts the real venv, stub and model from INFEROPS_REAL_ROOT.
 ## The scenarios run in lanes side by side (.ci/molecule-lanes.sh): deploy and
 ## lab share the ct129/ct200 host names, so they share a lane.
-MOLECULE_LANES ?= deploy,lab provision,fleet,real
+MOLECULE_LANES ?= deploy,lab,real provision,fleet
 molecule: setup real
 	INFEROPS_LAB_IMAGE=$$(lab/image/build.sh) \
 	  INFEROPS_REAL_ROOT=$$(lab/real/build.sh --print | sed -n 's/^INFEROPS_REAL_ROOT=//p') \

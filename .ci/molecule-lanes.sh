@@ -7,7 +7,7 @@
 # the time each scenario took (also printed as each scenario ends). A scenario in no lane, or in two, is an error:
 # none is left out unseen.
 #
-#   .ci/molecule-lanes.sh deploy,lab provision,fleet,real
+#   .ci/molecule-lanes.sh deploy,lab,real provision,fleet
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mapfile -t all < <(for f in molecule/*/molecule.yml; do basename "$(dirname "$f")"; done | sort)
