@@ -308,6 +308,16 @@ FACTS = (
     Fact("ready_skips_api_key", FIRST, (0, 5, 19), False, "0.5.11 srt/utils/auth.py:100", _NEXT),
     Fact("ready_skips_api_key", (0, 5, 20), None, True, "0.5.20 srt/utils/auth.py:101-105",
          (("srt/utils/auth.py",), r"/ready")),
+    # GET /v1/loads (every release: 0.5.9 srt/entrypoints/v1_loads.py:130, 0.5.11 :134, 0.5.23 :96),
+    # per-rank num_running_reqs and num_waiting_reqs in "loads"; around them, until 0.5.12 an
+    # "aggregate" (0.5.11 :173-179), from 0.5.17 the accelerator's name and count (0.5.23 :145-151)
+    Fact("loads_aggregate", FIRST, (0, 5, 12), True, "0.5.11 srt/entrypoints/v1_loads.py:178",
+         (("srt/entrypoints/v1_loads.py",), r'"aggregate": _compute_aggregate')),
+    Fact("loads_aggregate", (0, 5, 13), None, False, "0.5.13.post1 srt/entrypoints/v1_loads.py (no aggregate)",
+         "the previous entry's text is checked absent here"),
+    Fact("loads_accelerators", FIRST, (0, 5, 16), False, "0.5.16 srt/entrypoints/v1_loads.py", _NEXT),
+    Fact("loads_accelerators", (0, 5, 17), None, True, "0.5.23 srt/entrypoints/v1_loads.py:148-149",
+         (("srt/entrypoints/v1_loads.py",), r'"num_accelerators"')),
     Fact("server_info_kv_events", FIRST, (0, 5, 12), False, "0.5.12.post1 http_server.py", _NEXT),
     Fact("server_info_kv_events", (0, 5, 13), None, True, "0.5.13.post1 srt/entrypoints/http_server.py:656",
          ((_SRT,), r'"kv_events"')),

@@ -237,6 +237,7 @@ class Simulator:
         self.crashed = threading.Event()
         self.lock = threading.Lock()
         self.client_requests = 0
+        self.running = 0  # generations in flight (GET /v1/loads); the simulator queues none
         self.plan: memory.MemoryPlan | None = None
         self.served_name = self.args.served_model_name or self.args.model_path
         self.context_len = 0
@@ -746,6 +747,27 @@ class Simulator:
         }
         return info_mod.build(self.release, self.args, self.plan, self.context_len, self.argv, figures)
 
+    def loads(self) -> dict:
+        """GET /v1/loads: one DP rank, its running requests (0.5.11 srt/entrypoints/v1_loads.py:134-180,
+        with the aggregate until 0.5.12; 0.5.23 :96-151, with the accelerator from 0.5.17)."""
+        with self.lock:
+            running = self.running
+        total = self.plan.max_total_tokens if self.plan else 0
+        rank = {"dp_rank": 0, "num_running_reqs": running, "num_waiting_reqs": 0, "num_used_tokens": 0,
+                "num_total_tokens": total, "token_usage": 0.0, "gen_throughput": self.last_gen_throughput,
+                "cache_hit_rate": 0.0, "utilization": 0.0}
+        body: dict = {"timestamp": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()), "version": self.release.text}
+        if self.release.loads_accelerators:
+            body.update(accelerator=None, num_accelerators=max(1, self.args.tp_size))
+        else:
+            body["dp_rank_count"] = 1
+        body["loads"] = [dict(rank, num_total_reqs=running) if self.release.loads_aggregate else rank]
+        if self.release.loads_aggregate:
+            body["aggregate"] = {"total_running_reqs": running, "total_waiting_reqs": 0, "total_reqs": running,
+                                 "total_used_tokens": 0, "total_tokens": total, "avg_token_usage": 0.0,
+                                 "avg_throughput": self.last_gen_throughput, "avg_utilization": 0.0}
+        return body
+
     def generate(self, prompt: str, max_new_tokens: int, client: bool = True) -> dict:
         algorithm = self.args.speculative_algorithm
         if client and self.ready.is_set():  # the warmup's own request is not a client's
@@ -762,7 +784,13 @@ class Simulator:
         words = [WORDS[(digest[i % len(digest)] + i) % len(WORDS)] for i in range(count)]
         text = " " + " ".join(words)
         accept = ACCEPT_LENGTH.get(algorithm or "", 1.0)
-        self.sleep(count * 0.02 / accept)
+        with self.lock:
+            self.running += 1
+        try:
+            self.sleep(count * 0.02 / accept)
+        finally:
+            with self.lock:
+                self.running -= 1
         self.last_gen_throughput = round(count / (count * 0.02 / accept), 2)
         meta = {
             "id": uuid.uuid4().hex,
@@ -842,6 +870,8 @@ def make_handler(sim: Simulator):
                 })
             elif path in ("/server_info", "/get_server_info"):
                 self._send(200, sim.server_info())
+            elif path == "/v1/loads":
+                self._send(200, sim.loads())
             else:
                 self._send(404, {"detail": "Not Found"})
 

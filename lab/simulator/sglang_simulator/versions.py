@@ -100,6 +100,14 @@ class Release:
         return self.fact("ready_endpoint")
 
     @property
+    def loads_aggregate(self) -> bool:
+        return self.fact("loads_aggregate")
+
+    @property
+    def loads_accelerators(self) -> bool:
+        return self.fact("loads_accelerators")
+
+    @property
     def launch_server_warns(self) -> bool:
         return self.fact("launch_server_warns")
 
