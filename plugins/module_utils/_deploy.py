@@ -44,7 +44,10 @@ HEALTHY = ("switched", "unchanged", "rolled_back")
 # The record's keys, in order (history.jsonl, set_stats inferops_deploy).
 RECORD_KEYS = ("time", "host", "service", "run_id", "variant", "from", "params", "argv", "sglang_version",
                "ddtree_build", "memory_plan", "gpu_devices", "repaired_interrupted_run", "lock", "outcome", "running",
-               "verdict", "plan_check", "restore", "rollback", "attempt", "controller_user")
+               "verdict", "plan_check", "restore", "rollback", "attempt", "controller_user", "drain", "rotation")
+# What the record keeps of the drain before the stop (sglang_drain) and of the rotation hooks
+DRAIN_KEYS = ("drained", "timed_out", "seconds", "timeout", "in_flight_at_start", "in_flight_at_stop",
+              "running_at_stop", "waiting_at_stop", "endpoint", "error", "msg")
 VERDICT_KEYS = ("ready", "phase", "failure", "cause", "cause_line", "evidence", "elapsed", "since_start", "stage",
                 "generation", "server", "msg")
 PLAN_KEYS = ("fits", "binding", "reason", "mem_fraction_static", "mem_fraction_static_range", "max_total_tokens",
@@ -233,6 +236,9 @@ def record(fields: dict) -> dict:
     out = {key: fields.get(key) for key in RECORD_KEYS}
     out["memory_plan"] = None if not plan else dict(_pick(plan, PLAN_KEYS), override=plan.get("fits") is False)
     out["ddtree_build"] = _pick(fields.get("ddtree_build"), DDTREE_KEYS)
+    out["drain"] = _pick(fields.get("drain"), DRAIN_KEYS) or None
+    out["rotation"] = {k: {"ok": bool(v.get("ok")), "msg": str(v.get("msg", ""))}
+                       for k, v in (fields.get("rotation") or {}).items() if k in ("out", "in") and isinstance(v, dict)} or None
     out["verdict"] = verdict(fields.get("verdict"), name, fields.get("failed_task"))
     tolerance = fields.get("plan_tolerance")
     out["plan_check"] = plan_check(plan, out["verdict"].get("server"),
@@ -247,8 +253,27 @@ def _sentence(text: str) -> str:
     return text if not text or text.endswith((".", "!", "?")) else text + "."
 
 
+def _rotation_note(rec: dict) -> str:
+    """The drain and the rotation hooks, when they ran: a sentence to add to the summary, or ''."""
+    notes = []
+    drain = rec.get("drain") or {}
+    if drain.get("msg"):
+        notes.append(f"Before the stop: {_sentence(drain['msg'])}")
+    rotation = rec.get("rotation") or {}
+    if rotation.get("out", {}).get("ok") and not rotation.get("in", {}).get("ok"):
+        why = rotation.get("in", {}).get("msg") or "the in hook did not run"
+        notes.append(f"The host is OUT of rotation ({why}).")
+    return " ".join(notes)
+
+
 def summary_text(rec: dict, service_dir: str) -> str:
-    """What the operator reads at the end of a deploy on one host."""
+    """What the operator reads at the end of a deploy on one host, the drain and rotation added."""
+    text = _summary_text(rec, service_dir)
+    note = _rotation_note(rec)
+    return f"{text}\n{note}" if note else text
+
+
+def _summary_text(rec: dict, service_dir: str) -> str:
     host, variant, verdict_ = rec.get("host"), rec.get("variant"), rec.get("verdict") or {}
     rollback = rec.get("rollback") or {}
     name = rec.get("outcome")

@@ -77,7 +77,17 @@ SETTINGS: dict[str, tuple[str, float, bool, float | None, str]] = {
     "sglang_service_lock_lease": ("int", 1, True, None, "seconds a deploy lock lives without renewal"),
     "sglang_service_keep_attempts": ("int", 1, True, None, "attempt directories kept"),
     "sglang_service_args_timeout": ("int", 1, True, None, "seconds of each SGLang argument check"),
+    "sglang_service_drain_timeout": ("number", 0, True, None,
+                                     "seconds to wait for requests in flight before a stop (0: read once, no wait)"),
+    "sglang_service_drain_interval": ("number", 0, False, 60, "seconds between two reads of the server's load"),
 }
+
+# The rotation hooks (sglang_service_rotation_out, sglang_service_rotation_in): {} for
+# none, or a command (an argv list, no shell) or an HTTP call, run on the controller
+# (the default) or on the host.
+ROTATION_HOOKS = ("sglang_service_rotation_out", "sglang_service_rotation_in")
+HOOK_KEYS = {"command", "url", "method", "headers", "body", "status_code", "timeout", "where"}
+HOOK_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 
 
 def control_characters(value: str) -> list[str]:
@@ -248,11 +258,58 @@ def check_setting(name: str, value: object) -> list[str]:
     return []
 
 
+def check_hook(name: str, hook: object) -> list[str]:
+    """A rotation hook: {} (none), {command: [argv...]} or {url: http(s)://..., method, headers, body,
+    status_code, timeout}, each with where: controller (the default) or host."""
+    if hook is None or hook == {}:
+        return []
+    if not isinstance(hook, dict):
+        return [f"{name} must be a dict (command: [argv...] or url: ...), or {{}} for none, got {hook!r}"]
+    errors = [f"{name} has an unknown key {_label(key)!r} (known: {', '.join(sorted(HOOK_KEYS))})"
+              for key in hook if key not in HOOK_KEYS]
+    if ("command" in hook) == ("url" in hook):
+        errors.append(f"{name} must have exactly one of command (an argv list) and url")
+    if "command" in hook:
+        argv = hook["command"]
+        if not isinstance(argv, list) or not argv or not all(isinstance(a, str) and a for a in argv):
+            errors.append(f"{name}.command must be a list of non-empty strings (an argv, run without a shell), "
+                          f"got {argv!r}")
+        else:
+            errors.extend(check_tree(f"{name}.command", argv))
+        extra = sorted(HOOK_KEYS & set(hook) - {"command", "url", "where"})
+        if extra and "url" not in hook:
+            errors.append(f"{name}: only a url hook takes {', '.join(extra)}")
+    if "url" in hook:
+        url = hook["url"]
+        if not isinstance(url, str) or not re.match(r"https?://[^\s/]+", url) or control_characters(url):
+            errors.append(f"{name}.url must be an http:// or https:// URL without spaces or control characters")
+        method = hook.get("method", "POST")
+        if method not in HOOK_METHODS:
+            errors.append(f"{name}.method must be one of {', '.join(HOOK_METHODS)}, got {method!r}")
+        headers = hook.get("headers", {})
+        if not isinstance(headers, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
+            errors.append(f"{name}.headers must map header names to strings")
+        else:
+            errors.extend(check_tree(f"{name}.headers", headers))
+        codes = hook.get("status_code", [200])
+        codes = codes if isinstance(codes, list) else [codes]
+        if not codes or not all(_number(c, "int") is not None and 100 <= _number(c, "int") <= 599 for c in codes):
+            errors.append(f"{name}.status_code must be an HTTP status or a list of them, got {hook.get('status_code')!r}")
+        timeout = _number(hook.get("timeout", 30), "number")
+        if timeout is None or timeout <= 0:
+            errors.append(f"{name}.timeout must be a number of seconds > 0, got {hook.get('timeout')!r}")
+    if hook.get("where", "controller") not in ("controller", "host"):
+        errors.append(f"{name}.where must be controller or host, got {hook.get('where')!r}")
+    return errors
+
+
 def check_settings(settings: dict) -> list[str]:
     """Every known setting given in ``settings`` (role variable -> value)."""
     errors: list[str] = []
     for name, value in settings.items():
-        if name == "sglang_service_gate_stall_budgets":
+        if name in ROTATION_HOOKS:
+            errors.extend(check_hook(name, value))
+        elif name == "sglang_service_gate_stall_budgets":
             if not isinstance(value, dict):
                 errors.append(f"{name} must be a dict of stage: seconds, got {value!r}")
                 continue
