@@ -23,6 +23,8 @@ import pytest
 
 from real_sglang import ExitClock, RealServer, free_port, model_max, session_pids
 
+from ansible_collections.inferops.sglang.plugins.module_utils import _drain
+from ansible_collections.inferops.sglang.plugins.module_utils import _http
 from ansible_collections.inferops.sglang.plugins.module_utils import _readiness as r
 
 KEY = "conformance-key-4b1e9c"
@@ -196,6 +198,43 @@ def test_wrong_or_missing_key_is_unauthorized_at_once(shared, key):
     note(f"unauthorized ({key or 'no key'})", verdict=result["elapsed"])
 
 
+# -- 1c. the drain before a stop reads real SGLang's load ------------------------------
+
+def assert_drains_a_real_generation(server: RealServer) -> dict:
+    """A client's long generation in flight: GET /v1/loads counts it running (0.5.11
+    srt/entrypoints/v1_loads.py:134-180, 0.5.23 :96-151), a drain of 0 s says so, and a
+    drain waits until it ended."""
+    client = _http.Client(server.url, KEY, True, 5)
+    assert _drain.drain(client, 0, 0.1)["in_flight_at_start"] == 0
+    done: dict = {}
+
+    def generate() -> None:
+        answer = _http.Client(server.url, KEY, True, 120).call("POST", "/generate", {
+            "text": "Count slowly:", "sampling_params": {"max_new_tokens": 120, "ignore_eos": True, "temperature": 0}})
+        done["answer"], done["at"] = answer, time.monotonic()
+
+    thread = threading.Thread(target=generate, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while _drain.read(client)[0] != (1, 0) and time.monotonic() < deadline and thread.is_alive():
+        time.sleep(0.05)
+    snapshot = _drain.drain(client, 0, 0.1)
+    assert snapshot["timed_out"] is True and (snapshot["running_at_stop"], snapshot["waiting_at_stop"]) == (1, 0), snapshot
+    result = _drain.drain(client, 120, 0.2)
+    ended = time.monotonic()
+    thread.join(10)
+    assert result["drained"] is True and result["in_flight_at_start"] == 1 and result["in_flight_at_stop"] == 0, result
+    assert done["answer"].kind == "ok" and done["answer"].body["meta_info"]["completion_tokens"] == 120
+    assert done["at"] <= ended  # the drain ended after the generation, not before
+    return result
+
+
+def test_a_drain_waits_for_a_real_generation_0_5_11(shared):
+    assert shared.wait_for_line("The server is fired up and ready to roll!", LOAD_DEADLINE)
+    result = assert_drains_a_real_generation(shared)
+    note("drain 0.5.11", drain=result["seconds"], polls=result["polls"])
+
+
 # -- 4. the port already held by another real server ------------------------------
 
 def test_a_second_server_on_a_taken_port_is_not_ready(shared, servers):
@@ -353,6 +392,8 @@ def test_ready_with_a_real_generation_0_5_23(servers):
     # and resolves another chunked prefill default than 0.5.11 (4096: arg_groups/memory_hook.py:101-117)
     assert result["server"]["chunked_prefill_size"] == 4096
     note("ready 0.5.23", load_to_ready=time.monotonic() - started, health=result["phases"]["health"])
+    drained = assert_drains_a_real_generation(server)
+    note("drain 0.5.23", drain=drained["seconds"], polls=drained["polls"])
 
 
 # -- 6. a real hang: the server stopped mid-start logs nothing more -------------------------
