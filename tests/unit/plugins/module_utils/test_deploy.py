@@ -208,3 +208,32 @@ def test_only_the_newest_attempts_are_kept():
     assert _deploy.attempts_to_prune(names[:3], 20) == []
     with pytest.raises(_deploy.DeployStateError):
         _deploy.attempts_to_prune(names, 0)
+
+
+DRAIN = {"changed": False, "drained": True, "timed_out": False, "seconds": 3.2, "timeout": 60.0, "polls": 17,
+         "in_flight_at_start": 2, "in_flight_at_stop": 0, "running_at_stop": 0, "waiting_at_stop": 0,
+         "endpoint": "/v1/loads", "error": None, "msg": "drained in 3.2 s (2 request(s) in flight at the start)"}
+
+
+def test_the_record_keeps_the_drain_and_the_rotation_hooks():
+    rec = _deploy.record(fields("switched", drain=DRAIN, rotation={
+        "out": {"ok": True, "msg": "HTTP 204"}, "in": {"ok": True, "msg": "HTTP 204"}, "noise": {"ok": 1}}))
+    assert rec["drain"] == {k: v for k, v in DRAIN.items() if k not in ("changed", "polls")}
+    assert rec["rotation"] == {"out": {"ok": True, "msg": "HTTP 204"}, "in": {"ok": True, "msg": "HTTP 204"}}
+    text = _deploy.summary_text(rec, "/d")
+    assert text.splitlines()[-1] == "Before the stop: drained in 3.2 s (2 request(s) in flight at the start)."
+    # nothing ran (no switch, no hook): neither is recorded nor said
+    rec = _deploy.record(fields("unchanged", verdict={"ready": True, "msg": "ok"}, drain=None, rotation={}))
+    assert rec["drain"] is None and rec["rotation"] is None
+    assert _deploy.summary_text(rec, "/d") == "ct129: shadow-balanced already serving, unchanged. ok"
+
+
+def test_a_host_left_out_of_rotation_is_said_so():
+    # the variant failed, and so did the rollback: the in hook never ran
+    rec = _deploy.record(fields("rollback_failed", rollback={"variant": "nextn", "ready": False, "msg": "unit_failed"},
+                                drain=DRAIN, rotation={"out": {"ok": True, "msg": "command exit 0"}}))
+    assert "The host is OUT of rotation (the in hook did not run)." in _deploy.summary_text(rec, "/d")
+    # the variant serves, the in hook failed
+    rec = _deploy.record(fields("switched", drain=DRAIN, rotation={"out": {"ok": True, "msg": "HTTP 204"},
+                                                                   "in": {"ok": False, "msg": "HTTP 503 (expected 200): x"}}))
+    assert _deploy.summary_text(rec, "/d").endswith("The host is OUT of rotation (HTTP 503 (expected 200): x).")
