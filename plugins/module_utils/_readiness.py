@@ -740,6 +740,21 @@ def find_listener(url: str, watcher, proc: str = "/proc") -> Listener:
 _API_KEY_LINE = re.compile(r"^(?:api-key|api_key)\s*:\s*(.*?)\s*$")
 
 
+def module_api_key(module, api_key: str | None, api_key_file: str | None) -> str | None:
+    """The key a module sends: the one of ``api_key_file`` (an SGLang ``--config`` file) when
+    given, else ``api_key``. A key read from the file is masked in everything the module
+    returns, as a no_log option is; a file that cannot be read fails the module."""
+    if not api_key_file:
+        return api_key
+    try:
+        key = api_key_from_config(api_key_file)
+    except (OSError, ValueError) as exc:
+        module.fail_json(msg=f"api_key_file {api_key_file}: {exc}")
+    if key:
+        module.no_log_values.add(key)
+    return key
+
+
 def api_key_from_config(path: str) -> str | None:
     """The ``api-key`` of an SGLang ``--config`` YAML file (SGLang reads its
     top-level keys as the flags of the same name: 0.5.11

@@ -132,14 +132,7 @@ def main() -> None:
         value = p[name]
         if not math.isfinite(value) or value < 0 or (value == 0 and not low_ok):
             module.fail_json(msg=f"{name} must be a finite number of seconds {'>=' if low_ok else '>'} 0, got {value!r}")
-    api_key = None
-    if p["api_key_file"]:
-        try:
-            api_key = _readiness.api_key_from_config(p["api_key_file"])
-        except (OSError, ValueError) as exc:
-            module.fail_json(msg=f"api_key_file {p['api_key_file']}: {exc}")
-        if api_key:
-            module.no_log_values.add(api_key)
+    api_key = _readiness.module_api_key(module, None, p["api_key_file"])
     try:
         client = _http.Client(p["url"], api_key, p["validate_certs"], p["request_timeout"])
     except ValueError as exc:

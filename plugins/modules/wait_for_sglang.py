@@ -451,15 +451,7 @@ def main() -> None:
         module.exit_json(changed=False, ready=None, phase=None, failure=None, would_wait_for=plan,
                          msg=f"check mode: would wait up to {p['timeout']:g} s for {p['url']} to pass {', '.join(readiness.PHASES)}")
 
-    api_key = p["api_key"]
-    if p["api_key_file"]:
-        try:
-            api_key = readiness.api_key_from_config(p["api_key_file"])
-        except (OSError, ValueError) as exc:
-            module.fail_json(msg=f"api_key_file {p['api_key_file']}: {exc}")
-        if api_key:
-            # masked in everything the module returns, as the no_log api_key is
-            module.no_log_values.add(api_key)
+    api_key = readiness.module_api_key(module, p["api_key"], p["api_key_file"])
     try:
         client = readiness.Client(p["url"], api_key, p["validate_certs"], p["request_timeout"], max_body=p["max_response_bytes"])
     except ValueError as exc:
