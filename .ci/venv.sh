@@ -16,7 +16,8 @@ name=$(basename "$link")
 key=$({
   printf '%s\n' "$@"
   for arg in "$@"; do if [[ -f $arg ]]; then cat "$arg"; fi; done
-  "$python" -c 'import sys; print(sys.executable, sys.version)'
+  # the base interpreter, not the one a PATH with a venv first gives (make puts .venv/bin first)
+  "$python" -c 'import os, sys; print(os.path.realpath(getattr(sys, "_base_executable", sys.executable)), sys.version)'
   echo "recipe $recipe"
 } | sha256sum | cut -c1-12)
 dir=$root/$name-$key

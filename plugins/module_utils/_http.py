@@ -119,6 +119,45 @@ class Client:
         finally:
             conn.shut()
 
+    def stream(self, path: str, body: dict, timeout: float | None = None) -> tuple[Response, list[tuple[float, bytes]]]:
+        """POST ``body`` and read the answer as server-sent events (SGLang's ``stream: true``): each
+        ``data:`` line's payload with the ``time.monotonic()`` it arrived, up to ``data: [DONE]`` or
+        the end. The whole exchange ends by the call's deadline, the lines together by ``max_body``."""
+        limit = max(TIMEOUT_FLOOR, self.request_timeout if timeout is None else min(self.request_timeout, _finite("timeout", timeout)))
+        headers = {"Accept": "text/event-stream", "User-Agent": USER_AGENT, "Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        conn = _Connection(self._host, self._port, limit, self._tls)
+        events: list[tuple[float, bytes]] = []
+        try:
+            conn.request("POST", self._prefix + path, body=json.dumps(body).encode("utf-8"), headers=headers)
+            resp = conn.getresponse()
+            if not 200 <= resp.status < 300:
+                raw = _read_capped(resp, self.max_body)
+                return Response(resp.status, None if raw is None else _json(raw), f"HTTP {resp.status} {resp.reason}".rstrip(),
+                                "http", conn.elapsed()), events
+            size = 0
+            while True:
+                line = resp.readline(_CHUNK)
+                if not line:
+                    break
+                size += len(line)
+                if size > self.max_body:
+                    return Response(resp.status, None, f"answer too large: over the {_size(self.max_body)} cap (cut off there)",
+                                    "too_large", conn.elapsed()), events
+                if line.startswith(b"data:"):
+                    payload = line[5:].strip()
+                    if payload == b"[DONE]":
+                        break
+                    events.append((time.monotonic(), payload))
+            return Response(resp.status, None, None, "ok", conn.elapsed()), events
+        except _Deadline as exc:
+            return Response(None, None, f"no complete answer within {limit:g} s ({exc})", "timeout", conn.elapsed()), events
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            return Response(None, None, *_classify_network(exc), latency=conn.elapsed()), events
+        finally:
+            conn.shut()
+
     def _exchange(self, conn: _Connection, method: str, target: str, data: bytes | None, headers: dict) -> Response:
         conn.request(method, target, body=data, headers=headers)
         resp = conn.getresponse()

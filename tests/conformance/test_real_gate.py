@@ -23,6 +23,7 @@ import pytest
 
 from real_sglang import ExitClock, RealServer, free_port, model_max, session_pids
 
+from ansible_collections.inferops.sglang.plugins.module_utils import _bench
 from ansible_collections.inferops.sglang.plugins.module_utils import _drain
 from ansible_collections.inferops.sglang.plugins.module_utils import _http
 from ansible_collections.inferops.sglang.plugins.module_utils import _readiness as r
@@ -233,6 +234,23 @@ def test_a_drain_waits_for_a_real_generation_0_5_11(shared):
     assert shared.wait_for_line("The server is fired up and ready to roll!", LOAD_DEADLINE)
     result = assert_drains_a_real_generation(shared)
     note("drain 0.5.11", drain=result["seconds"], polls=result["polls"])
+
+
+def test_the_benchmark_reads_real_sglangs_stream_0_5_11(shared):
+    """Streamed /generate on real SGLang (srt/entrypoints/http_server.py:708-726): the figures come
+    out of its data: lines; no speculative decoding on CPU, so no accept length."""
+    assert shared.wait_for_line("The server is fired up and ready to roll!", LOAD_DEADLINE)
+    result = _bench.benchmark(_http.Client(shared.url, KEY, True, 120), requests=2, concurrency=2, max_tokens=16, rounds=1)
+    assert result["ok"], result["msg"]
+    (measured,) = result["rounds"]
+    assert measured["completed"] == 2 and measured["error_count"] == 0
+    figures = result["figures"]
+    assert figures["accept_length"] is None
+    assert figures["output_tokens_per_s"] > 0 and 0 < figures["ttft_p50"] <= figures["ttft_p95"] and figures["tpot_p50"] > 0
+    # lines that arrive in one read share a time: on this fast tiny model the ITL may read 0
+    assert figures["itl_p50"] >= 0
+    note("bench 0.5.11", seconds=result["seconds"], tokens_per_s=figures["output_tokens_per_s"],
+         ttft_p95=figures["ttft_p95"], itl_p50=figures["itl_p50"])
 
 
 # -- 4. the port already held by another real server ------------------------------

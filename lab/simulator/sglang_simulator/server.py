@@ -53,6 +53,8 @@ WORDS = (
     "returns the same text for the same prompt and the readiness gate can check "
     "that tokens really came back from a working server"
 ).split()
+# A prompt's prefill before its first streamed token (simulated seconds, scaled like every sleep)
+PREFILL_SECONDS = 0.1
 ACCEPT_LENGTH = {"NEXTN": 2.71, "EAGLE": 2.71, "EAGLE3": 3.12, "DFLASH": 4.36, "DDTREE": 5.41}
 
 
@@ -768,7 +770,10 @@ class Simulator:
                                  "avg_throughput": self.last_gen_throughput, "avg_utilization": 0.0}
         return body
 
-    def generate(self, prompt: str, max_new_tokens: int, client: bool = True) -> dict:
+    def generate(self, prompt: str, max_new_tokens: int, client: bool = True, emit=None) -> dict:
+        """One generation. With ``emit``, streamed as real SGLang streams /generate: ``emit(output)``
+        after the prefill's first token and after each decode step (a speculative step adds its
+        accept length of tokens), every output cumulative (0.5.11 srt/entrypoints/http_server.py:708-726)."""
         algorithm = self.args.speculative_algorithm
         if client and self.ready.is_set():  # the warmup's own request is not a client's
             with self.lock:
@@ -782,33 +787,48 @@ class Simulator:
         digest = hashlib.sha256(prompt.encode("utf-8")).digest()
         count = max(1, int(max_new_tokens))
         words = [WORDS[(digest[i % len(digest)] + i) % len(WORDS)] for i in range(count)]
-        text = " " + " ".join(words)
         accept = ACCEPT_LENGTH.get(algorithm or "", 1.0)
+        started = time.monotonic()
         with self.lock:
             self.running += 1
         try:
-            self.sleep(count * 0.02 / accept)
+            if emit is None:
+                self.sleep(count * 0.02 / accept)
+            else:
+                self.sleep(PREFILL_SECONDS)
+                done = 1
+                emit(self._output(prompt, words, done, accept, time.monotonic() - started))
+                step = max(1, round(accept))
+                while done < count:
+                    added = min(step, count - done)
+                    self.sleep(added * 0.02 / accept)
+                    done += added
+                    emit(self._output(prompt, words, done, accept, time.monotonic() - started))
         finally:
             with self.lock:
                 self.running -= 1
         self.last_gen_throughput = round(count / (count * 0.02 / accept), 2)
+        return self._output(prompt, words, count, accept, round(count * 0.02 / accept, 4))
+
+    def _output(self, prompt: str, words: list[str], done: int, accept: float, latency: float) -> dict:
+        """/generate's answer after ``done`` of ``words``: text and ids cumulative, meta_info as real SGLang's."""
         meta = {
             "id": uuid.uuid4().hex,
-            "finish_reason": {"type": "length", "length": count},
+            "finish_reason": {"type": "length", "length": done} if done == len(words) else None,
             "prompt_tokens": max(1, len(prompt.split())),
-            "completion_tokens": count,
+            "completion_tokens": done,
             "cached_tokens": 0,
-            "e2e_latency": round(count * 0.02 / accept, 4),
+            "e2e_latency": round(latency, 4),
         }
-        if algorithm:
-            verify = max(1, round(count / accept))
+        if self.args.speculative_algorithm:
+            verify = max(1, round(done / accept))
             draft_tokens = self.num_draft_tokens or 4
             meta.update(
                 spec_accept_rate=round((accept - 1) / max(1, draft_tokens - 1), 4),
                 spec_accept_length=accept,
                 spec_verify_ct=verify,
             )
-        return {"text": text, "output_ids": list(range(count)), "meta_info": meta}
+        return {"text": " " + " ".join(words[:done]), "output_ids": list(range(done)), "meta_info": meta}
 
 
 def make_handler(sim: Simulator):
@@ -830,6 +850,23 @@ def make_handler(sim: Simulator):
             self.send_header("content-length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
+
+        def _stream(self, produce) -> None:
+            """A text/event-stream answer: 'data: <json>' per output, then 'data: [DONE]', chunked
+            as uvicorn sends a StreamingResponse (0.5.11 srt/entrypoints/http_server.py:710-726)."""
+            self.send_response(200, "OK")
+            self.send_header("content-type", "text/event-stream; charset=utf-8")
+            self.send_header("transfer-encoding", "chunked")
+            self.end_headers()
+
+            def chunk(data: bytes) -> None:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+
+            produce(lambda out: chunk(b"data: " + json.dumps(out).encode("utf-8") + b"\n\n"))
+            chunk(b"data: [DONE]\n\n")
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
 
         def _authorized(self) -> bool:
             """The API-key middleware runs before routing, so an unknown path without
@@ -884,7 +921,10 @@ def make_handler(sim: Simulator):
             if path == "/generate":
                 params = body.get("sampling_params") or {}
                 text = body.get("text") or ""
-                self._send(200, sim.generate(str(text), int(params.get("max_new_tokens", 128))))
+                if body.get("stream"):
+                    self._stream(lambda emit: sim.generate(str(text), int(params.get("max_new_tokens", 128)), emit=emit))
+                else:
+                    self._send(200, sim.generate(str(text), int(params.get("max_new_tokens", 128))))
             elif path == "/v1/completions":
                 result = sim.generate(str(body.get("prompt") or ""), int(body.get("max_tokens") or 16))
                 choice = {"index": 0, "text": result["text"], "logprobs": None, "finish_reason": "length", "matched_stop": None}

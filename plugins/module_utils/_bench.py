@@ -1,0 +1,227 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A short load on a serving SGLang server, measured the same way each time,
+and the comparison of two such measurements (a new variant against the
+known-good service on the same host).
+
+Why a client of our own and not ``sglang.bench_serving``: that one loads a
+tokenizer and a dataset (downloaded from the Hub unless given), needs the
+server's venv and its heavy imports in the measuring process, and reports
+through files and stdout; the gate needs a few seconds of fixed prompts on
+the loopback, bounded in time and memory, with no download, from a module.
+
+One sample is one streamed ``POST /generate`` (``stream: true``): real SGLang
+answers ``data: <json>`` lines, each with the cumulative
+``meta_info.completion_tokens``, then ``data: [DONE]`` (0.5.11
+srt/entrypoints/http_server.py:708-726). From the arrival times: the time to
+the first token (TTFT), the inter-token latency (ITL: each step's time over the
+tokens it added, so a speculative step of 3 tokens counts as 3; lines that
+arrive in one read share a time, so a fast server's ITL can read 0), the time
+per output token after the first (TPOT: the request's decode time over its
+tokens less one, which no batching of lines hides), the tokens,
+and the speculative accept length from the last ``meta_info``
+(``spec_accept_length``; absent without speculative decoding). A round is N
+requests at concurrency C; its output tokens/s are all its tokens over its wall
+time. A warmup round is not counted; the median of the rounds is the figure.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import threading
+import time
+
+PROMPTS = (
+    "Explain in plain words how a hash table handles collisions.",
+    "Write a short story about a lighthouse keeper who finds a map.",
+    "List the steps to make bread at home, with the reason for each.",
+    "Describe the water cycle to a ten year old.",
+    "Summarise the causes and effects of the industrial revolution.",
+    "Compare two ways of sorting a list and say when each is faster.",
+    "Write a polite email asking a colleague to review a document.",
+    "What should a traveller pack for a week of hiking in the rain?",
+)
+FIGURES = ("output_tokens_per_s", "ttft_p50", "ttft_p95", "tpot_p50", "itl_p50", "accept_length")
+# Per figure: which way is better, and the default limit on new / known-good.
+THRESHOLDS = {"output_tokens_per_s": ("min", 0.90), "ttft_p95": ("max", 1.20), "accept_length": ("min", 0.90)}
+
+
+class BenchError(Exception):
+    """A benchmark setting out of range."""
+
+
+def defaults(max_running_requests: int | None, context_length: int | None) -> dict:
+    """The load for a variant: concurrency up to its running-request limit (at most 8), two
+    requests per slot, and an output that fits a quarter of its context (at most 128 tokens)."""
+    concurrency = max(1, min(8, int(max_running_requests or 8)))
+    max_tokens = max(8, min(128, int(context_length or 4096) // 4))
+    return {"concurrency": concurrency, "requests": 2 * concurrency, "max_tokens": max_tokens}
+
+
+def percentile(values: list[float], share: float) -> float | None:
+    """The nearest-rank percentile (``share`` in (0, 1]) of ``values``, None for none."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * share // 1))
+    return ordered[int(rank) - 1]
+
+
+def parse(started: float, events: list[tuple[float, bytes]]) -> dict:
+    """One streamed generation's figures from its events (arrival time, ``data:`` payload)."""
+    points: list[tuple[float, int]] = []
+    meta: dict = {}
+    for arrived, payload in events:
+        try:
+            data = json.loads(payload)
+        except ValueError:
+            return {"ok": False, "error": f"not JSON in the stream: {payload[:120]!r}"}
+        if not isinstance(data, dict):
+            return {"ok": False, "error": f"not an object in the stream: {payload[:120]!r}"}
+        if "error" in data:
+            return {"ok": False, "error": f"the server's error: {str(data['error'])[:200]}"}
+        info = data.get("meta_info") if isinstance(data.get("meta_info"), dict) else {}
+        tokens = info.get("completion_tokens")
+        if isinstance(tokens, int) and not isinstance(tokens, bool):
+            points.append((arrived, tokens))
+            meta = info
+    produced = [(t, n) for t, n in points if n >= 1]
+    if not produced:
+        return {"ok": False, "error": "the stream ended without a token"}
+    itl = []
+    for (t0, n0), (t1, n1) in zip(produced, produced[1:]):
+        if n1 > n0:
+            itl.extend([(t1 - t0) / (n1 - n0)] * (n1 - n0))
+    accept = meta.get("spec_accept_length")
+    tokens = produced[-1][1]
+    tpot = (produced[-1][0] - produced[0][0]) / (tokens - 1) if tokens > 1 else None
+    return {"ok": True, "ttft": produced[0][0] - started, "itl": itl, "tpot": tpot, "tokens": tokens,
+            "e2e": produced[-1][0] - started,
+            "accept_length": float(accept) if isinstance(accept, (int, float)) and not isinstance(accept, bool) else None}
+
+
+def sample(client, prompt: str, max_tokens: int, timeout: float) -> dict:
+    """One streamed generation of ``max_tokens`` tokens (greedy, the end-of-sequence ignored)."""
+    started = time.monotonic()
+    response, events = client.stream("/generate", {
+        "text": prompt, "stream": True,
+        "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0, "ignore_eos": True}}, timeout)
+    if response.kind != "ok":
+        return {"ok": False, "error": f"POST /generate: {response.describe()}"}
+    return parse(started, events)
+
+
+def run_round(client, requests: int, concurrency: int, max_tokens: int, timeout: float, offset: int = 0) -> dict:
+    """``requests`` generations, ``concurrency`` at a time; the round's figures."""
+    results: list[dict] = [{} for _index in range(requests)]
+    lock = threading.Lock()
+    queue = list(range(requests))
+
+    def worker() -> None:
+        while True:
+            with lock:
+                if not queue:
+                    return
+                index = queue.pop(0)
+            results[index] = sample(client, PROMPTS[(offset + index) % len(PROMPTS)], max_tokens, timeout)
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=worker, daemon=True) for _slot in range(min(concurrency, requests))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout + 5)
+    wall = time.monotonic() - started
+    good = [r for r in results if r.get("ok")]
+    errors = [r.get("error", "no answer") for r in results if not r.get("ok")]
+    accepts = [r["accept_length"] for r in good if r["accept_length"] is not None]
+    ttfts = [r["ttft"] for r in good]
+    return {
+        "requests": requests, "concurrency": concurrency, "max_tokens": max_tokens, "wall": round(wall, 3),
+        "completed": len(good), "errors": errors[:3], "error_count": len(errors),
+        "output_tokens_per_s": round(sum(r["tokens"] for r in good) / wall, 2) if good and wall > 0 else None,
+        "ttft_p50": _round(percentile(ttfts, 0.5)), "ttft_p95": _round(percentile(ttfts, 0.95)),
+        "tpot_p50": _round(percentile([r["tpot"] for r in good if r["tpot"] is not None], 0.5)),
+        "itl_p50": _round(percentile([x for r in good for x in r["itl"]], 0.5)),
+        "accept_length": round(statistics.mean(accepts), 3) if accepts else None,
+    }
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def benchmark(client, requests: int, concurrency: int, max_tokens: int, rounds: int = 3, warmup: bool = True,
+              timeout: float = 60) -> dict:
+    """A warmup round (not counted), then ``rounds`` rounds; each figure is the median of the rounds.
+    Any failed request fails the measurement: a server that cannot serve the load is not measured."""
+    for name, value, low in (("requests", requests, 1), ("concurrency", concurrency, 1), ("max_tokens", max_tokens, 1),
+                             ("rounds", rounds, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise BenchError(f"{name} must be an integer >= {low}, got {value!r}")
+    started = time.monotonic()
+    if warmup:
+        first = run_round(client, min(concurrency, requests), concurrency, max_tokens, timeout)
+        if first["error_count"]:
+            return _failed(first, started, "the warmup round")
+    measured = []
+    for index in range(rounds):
+        result = run_round(client, requests, concurrency, max_tokens, timeout, offset=index)
+        if result["error_count"]:
+            return _failed(result, started, f"round {index + 1}")
+        measured.append(result)
+    figures = {}
+    for name in FIGURES:
+        values = [r[name] for r in measured if r[name] is not None]
+        figures[name] = round(statistics.median(values), 4) if values else None
+    return {"ok": True, "figures": figures, "rounds": measured, "seconds": round(time.monotonic() - started, 2),
+            "load": {"requests": requests, "concurrency": concurrency, "max_tokens": max_tokens, "rounds": rounds,
+                     "warmup": warmup},
+            "msg": _describe(figures)}
+
+
+def _failed(result: dict, started: float, which: str) -> dict:
+    return {"ok": False, "figures": None, "rounds": [result], "seconds": round(time.monotonic() - started, 2),
+            "msg": f"{which} failed: {result['error_count']} of {result['requests']} requests ({'; '.join(result['errors'])})"}
+
+
+def _describe(figures: dict) -> str:
+    parts = [f"{figures['output_tokens_per_s']} output tokens/s", f"TTFT p50 {_ms(figures['ttft_p50'])} p95 {_ms(figures['ttft_p95'])}",
+             f"TPOT p50 {_ms(figures['tpot_p50'])}", f"ITL p50 {_ms(figures['itl_p50'])}"]
+    if figures.get("accept_length") is not None:
+        parts.append(f"accept length {figures['accept_length']}")
+    return ", ".join(parts)
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.0f} ms"
+
+
+def compare(figures: dict, baseline: dict | None, thresholds: dict | None = None) -> dict:
+    """The new figures against the known-good's, figure by figure: ``{passed, checks, msg}``. A figure
+    either side lacks (no speculative decoding: no accept length) is not compared."""
+    limits = {name: THRESHOLDS[name][1] for name in THRESHOLDS}
+    for name, value in (thresholds or {}).items():
+        if name not in THRESHOLDS:
+            raise BenchError(f"unknown threshold {name} (known: {', '.join(THRESHOLDS)})")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise BenchError(f"threshold {name} must be a ratio > 0, got {value!r}")
+        limits[name] = float(value)
+    if not baseline:
+        return {"passed": True, "checks": [], "msg": "no known-good figures to compare with"}
+    checks = []
+    for name, (way, _default) in THRESHOLDS.items():
+        new, old = figures.get(name), baseline.get(name)
+        if new is None or old is None or old <= 0:
+            continue
+        ratio = round(new / old, 3)
+        ok = ratio >= limits[name] if way == "min" else ratio <= limits[name]
+        checks.append({"figure": name, "new": new, "known_good": old, "ratio": ratio,
+                       "limit": f"{'>=' if way == 'min' else '<='} {limits[name]:g}x", "ok": ok})
+    failed = [c for c in checks if not c["ok"]]
+    text = "; ".join(f"{c['figure']} {c['new']} vs {c['known_good']} ({c['ratio']:g}x, limit {c['limit']})"
+                     for c in (failed or checks))
+    return {"passed": not failed, "checks": checks,
+            "msg": ("slower than the known-good service: " if failed else "as fast as the known-good service: ") + text}
