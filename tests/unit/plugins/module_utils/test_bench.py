@@ -117,8 +117,8 @@ def test_the_module_measures_and_compares(launch, capsys, tmp_path):
     assert rc == 0 and result["passed"] is True, result
     assert result["load"] == {"requests": 4, "concurrency": 2, "max_tokens": 32, "rounds": 1, "warmup": True}
     assert "bench-key" not in json.dumps(result)
-    # the same server against figures twice as fast: a regression, named
-    faster = dict(result["figures"], output_tokens_per_s=2 * result["figures"]["output_tokens_per_s"])
+    # the same server against figures ten times as fast (a margin no noise of a shared machine closes): a regression, named
+    faster = dict(result["figures"], output_tokens_per_s=10 * result["figures"]["output_tokens_per_s"])
     rc, result, _out = run_module(sglang_bench.main, capsys, dict(args, baseline=faster))
     assert rc == 0 and result["passed"] is False
     assert "slower than the known-good service: output_tokens_per_s" in result["msg"]
