@@ -26,7 +26,11 @@ for lane in "$@"; do
       start=$SECONDS
       molecule test -s "$scenario"
       rc=$?
-      echo "molecule lane: scenario $scenario ended with $rc after $((SECONDS - start)) s" | tee /dev/fd/3
+      # to the lane's log and, as it happens, to the script's output (>&3 writes to it; tee /dev/fd/3
+      # would reopen a file there with O_TRUNC and empty it)
+      line="molecule lane: scenario $scenario ended with $rc after $((SECONDS - start)) s"
+      echo "$line"
+      echo "$line" >&3
       [[ $rc -eq 0 ]] || exit "$rc"
     done
   ) >"$log" 2>&1 &
