@@ -319,6 +319,9 @@ def test_version_switches_match_the_wheel(wheel_path):
         "internal_state_decode_graph_bs": bool(grep(wheel, 'state["decode_cuda_graph_bs"]', "sglang/srt/managers/")
                                                or grep(wheel, 'ret["decode_cuda_graph_bs"]', "sglang/srt/managers/")),
         "memory_usage_by_phase": wheel.has("sglang/srt/model_executor/graph_memory_usage.py"),
+        # GET /v1/loads' body (0.5.11 srt/entrypoints/v1_loads.py:173-179, 0.5.23 :145-151)
+        "loads_aggregate": '"aggregate": _compute_aggregate' in wheel.source("sglang/srt/entrypoints/v1_loads.py"),
+        "loads_accelerators": '"num_accelerators"' in wheel.source("sglang/srt/entrypoints/v1_loads.py"),
         # start-up lines (0.5.23 distributed/bootstrap.py:115; 0.5.11 model_runner.py:2256)
         "logs_init_parallel": bool(grep(wheel, 'logger.info("Init parallel begin.")')),
         "kv_cache_log_names_dtype": not grep(wheel, "Using KV cache dtype"),
