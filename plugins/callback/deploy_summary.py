@@ -40,7 +40,7 @@ def summary_lines(rollout: dict, records: dict, failures: dict, processed: set) 
     """The summary: a header, one row per host, and how far the rollout went."""
     hosts = list(rollout.get("hosts") or [])
     hosts += sorted(h for h in set(records) | set(failures) if h not in hosts)
-    rows = [("host", "outcome", "running now", "verdict", "cause")]
+    rows = [("host", "outcome", "running now", "verdict", "perf", "cause")]
     notes = []
     for host in hosts:
         record = records.get(host)
@@ -49,12 +49,12 @@ def summary_lines(rollout: dict, records: dict, failures: dict, processed: set) 
             if record.get("outcome") not in ("switched", "unchanged"):  # a note for each host that did not get the variant
                 notes.append(f"{host}: {_short((record.get('verdict') or {}).get('msg'))}")
         elif host in failures:
-            rows.append((host, OUTCOMES["failed_before_switching"], "unchanged", "-", "-"))
+            rows.append((host, OUTCOMES["failed_before_switching"], "unchanged", "-", "-", "-"))
             notes.append(f"{host}: {_short(failures[host])}")
         elif host in processed:
-            rows.append((host, "no record", "?", "-", "-"))
+            rows.append((host, "no record", "?", "-", "-", "-"))
         else:
-            rows.append((host, OUTCOMES["not_reached"], "unchanged", "-", "-"))
+            rows.append((host, OUTCOMES["not_reached"], "unchanged", "-", "-", "-"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     head = f"DEPLOY SUMMARY: variant {rollout.get('variant', '?')}"

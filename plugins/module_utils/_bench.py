@@ -199,16 +199,27 @@ def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1000:.0f} ms"
 
 
+def check_thresholds(thresholds: object, what: str = "thresholds") -> list[str]:
+    """Every problem of a thresholds dict (figure -> ratio > 0), named with ``what``."""
+    if not isinstance(thresholds, dict):
+        return [f"{what} must be a dict of figure: ratio, got {thresholds!r}"]
+    errors = []
+    for name, value in thresholds.items():
+        if name not in THRESHOLDS:
+            errors.append(f"{what}: unknown figure {name} (known: {', '.join(THRESHOLDS)})")
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 100:
+            errors.append(f"{what}.{name} must be a ratio in (0, 100), got {value!r}")
+    return errors
+
+
 def compare(figures: dict, baseline: dict | None, thresholds: dict | None = None) -> dict:
     """The new figures against the known-good's, figure by figure: ``{passed, checks, msg}``. A figure
     either side lacks (no speculative decoding: no accept length) is not compared."""
+    errors = check_thresholds(thresholds or {})
+    if errors:
+        raise BenchError("; ".join(errors))
     limits = {name: THRESHOLDS[name][1] for name in THRESHOLDS}
-    for name, value in (thresholds or {}).items():
-        if name not in THRESHOLDS:
-            raise BenchError(f"unknown threshold {name} (known: {', '.join(THRESHOLDS)})")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise BenchError(f"threshold {name} must be a ratio > 0, got {value!r}")
-        limits[name] = float(value)
+    limits.update({name: float(value) for name, value in (thresholds or {}).items()})
     if not baseline:
         return {"passed": True, "checks": [], "msg": "no known-good figures to compare with"}
     checks = []
@@ -225,3 +236,111 @@ def compare(figures: dict, baseline: dict | None, thresholds: dict | None = None
                      for c in (failed or checks))
     return {"passed": not failed, "checks": checks,
             "msg": ("slower than the known-good service: " if failed else "as fast as the known-good service: ") + text}
+
+
+# The deploy's performance gate (roles/sglang_service, tasks/switch.yml).
+# enforce: a regression fails the gate and the switch rolls back; report: measured,
+# compared and recorded, never rolled back; off: nothing is measured.
+MODES = ("enforce", "report", "off")
+# What makes two measurements comparable: the same load. Rounds, warmup and the
+# request timeout change how well a figure is measured, not what it measures.
+LOAD_KEYS = ("requests", "concurrency", "max_tokens")
+LOAD_SETTINGS = {"requests": 1, "concurrency": 1, "max_tokens": 1, "rounds": 1, "warmup": None, "timeout": 1}
+# What identifies the service that was measured: the same command line of the same
+# release on the same GPUs (a record's argv, sglang_version, gpu_devices).
+SERVICE_KEYS = ("argv", "sglang_version", "gpu_devices")
+
+
+def check_load(load: object, what: str = "load") -> list[str]:
+    """Every problem of a load override: requests, concurrency, max_tokens, rounds (integers >= 1),
+    warmup (bool), timeout (seconds > 0)."""
+    if not isinstance(load, dict):
+        return [f"{what} must be a dict, got {load!r}"]
+    errors = []
+    for name, value in load.items():
+        if name not in LOAD_SETTINGS:
+            errors.append(f"{what}: unknown setting {name} (known: {', '.join(LOAD_SETTINGS)})")
+        elif name == "warmup":
+            if not isinstance(value, bool):
+                errors.append(f"{what}.warmup must be true or false, got {value!r}")
+        elif name == "timeout":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                errors.append(f"{what}.timeout must be a number of seconds > 0, got {value!r}")
+        elif isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 4096:
+            errors.append(f"{what}.{name} must be an integer in [1, 4096], got {value!r}")
+    return errors
+
+
+def plan_load(max_running_requests: int | None, context_length: int | None, override: dict | None = None) -> dict:
+    """This run's load: the variant's defaults, the operator's override laid over them
+    (requests follow an overridden concurrency unless given too)."""
+    errors = check_load(override or {})
+    if errors:
+        raise BenchError("; ".join(errors))
+    load = dict(defaults(max_running_requests, context_length), rounds=3, warmup=True, timeout=60)
+    load.update(override or {})
+    if "requests" not in (override or {}):
+        load["requests"] = 2 * load["concurrency"]
+    return load
+
+
+def same_load(one: dict | None, other: dict | None) -> bool:
+    return bool(one) and bool(other) and all(one.get(k) == other.get(k) for k in LOAD_KEYS)
+
+
+def _measurements(rec: dict):
+    """The measurements of a serving service a history record holds: the switched variant's
+    (its own argv) and the known-good's measured before its stop."""
+    perf = rec.get("performance") or {}
+    if rec.get("outcome") == "switched" and perf.get("figures") and perf.get("measured_ok"):
+        yield {"variant": rec.get("variant"), "time": rec.get("time"), "figures": perf["figures"],
+               "load": perf.get("load"), **{k: rec.get(k) for k in SERVICE_KEYS}}
+    known = perf.get("known_good") or {}
+    if known.get("source") == "measured" and known.get("figures"):
+        yield {k: known.get(k) for k in ("variant", "time", "figures", "load", *SERVICE_KEYS)}
+
+
+def known_good(records: list[dict], service: dict, load: dict) -> dict | None:
+    """The newest figures of ``service`` (argv, sglang_version, gpu_devices; a service with no
+    recorded argv has none) measured under the same load, from history records oldest first."""
+    if not service or not service.get("argv"):
+        return None
+    for rec in reversed(records):
+        if not isinstance(rec, dict):
+            continue
+        for found in _measurements(rec):
+            if all(found.get(k) == service.get(k) for k in SERVICE_KEYS) and same_load(found.get("load"), load):
+                return dict(found, source="history")
+    return None
+
+
+PERF_KEYS = ("mode", "enforced", "measured_ok", "passed", "figures", "load", "seconds", "comparison", "known_good",
+             "msg")
+
+
+def gate_record(mode: str, result: dict | None, known: dict | None, why_report: str | None = None) -> dict | None:
+    """What the deploy record keeps of the performance gate: the mode, the figures, the
+    comparison with the known-good service's figures (and where those came from)."""
+    if mode == "off" or not (result or known):
+        return None
+    result = result or {"msg": "the variant did not get to the performance gate"}
+    measured_ok = bool(result.get("figures"))
+    comparison = result.get("comparison") or {}
+    known = dict(known) if known else None
+    if known is not None:
+        known = {k: known.get(k) for k in ("variant", "source", "time", "figures", "load", "seconds", "error",
+                                           *SERVICE_KEYS)}
+    if not measured_ok:
+        msg = f"not measured: {result.get('msg', 'no result')}"
+    elif not comparison.get("checks"):
+        why = (known or {}).get("error") or "no known-good figures under this load"
+        msg = f"{result.get('msg')}; not compared ({why}): these figures are the next switch's baseline"
+    else:
+        msg = f"{result.get('msg')}"
+    if why_report:
+        msg += f" (reported only: {why_report})"
+    return {"mode": mode, "enforced": mode == "enforce", "measured_ok": measured_ok,
+            "passed": bool(result.get("passed")), "figures": result.get("figures"), "load": result.get("load"),
+            "seconds": result.get("seconds"),
+            "comparison": {"checks": comparison.get("checks", []), "msg": comparison.get("msg", "")} if comparison else None,
+            "known_good": known, "msg": msg}

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.inferops.sglang.plugins.module_utils import _bench
+
 OUTCOMES = {
     "switched": "switched",
     "unchanged": "unchanged",
@@ -44,7 +46,7 @@ HEALTHY = ("switched", "unchanged", "rolled_back")
 # The record's keys, in order (history.jsonl, set_stats inferops_deploy).
 RECORD_KEYS = ("time", "host", "service", "run_id", "variant", "from", "params", "argv", "sglang_version",
                "ddtree_build", "memory_plan", "gpu_devices", "repaired_interrupted_run", "lock", "outcome", "running",
-               "verdict", "plan_check", "restore", "rollback", "attempt", "controller_user", "drain", "rotation")
+               "verdict", "plan_check", "restore", "rollback", "attempt", "controller_user", "drain", "rotation", "performance")
 # What the record keeps of the drain before the stop (sglang_drain) and of the rotation hooks
 DRAIN_KEYS = ("drained", "timed_out", "seconds", "timeout", "in_flight_at_start", "in_flight_at_stop",
               "running_at_stop", "waiting_at_stop", "endpoint", "error", "msg")
@@ -239,6 +241,9 @@ def record(fields: dict) -> dict:
     out["drain"] = _pick(fields.get("drain"), DRAIN_KEYS) or None
     out["rotation"] = {k: {"ok": bool(v.get("ok")), "msg": str(v.get("msg", ""))}
                        for k, v in (fields.get("rotation") or {}).items() if k in ("out", "in") and isinstance(v, dict)} or None
+    perf = fields.get("performance") or {}
+    out["performance"] = _bench.gate_record(perf.get("mode") or "off", perf.get("result"), perf.get("known_good"),
+                                            perf.get("why_report")) if isinstance(perf, dict) else None
     out["verdict"] = verdict(fields.get("verdict"), name, fields.get("failed_task"))
     tolerance = fields.get("plan_tolerance")
     out["plan_check"] = plan_check(plan, out["verdict"].get("server"),
@@ -257,6 +262,9 @@ def _rotation_note(rec: dict) -> str:
     """The drain and the rotation hooks, when they ran: a sentence to add to the summary, or ''."""
     notes = []
     drain = rec.get("drain") or {}
+    perf = rec.get("performance") or {}
+    if perf.get("msg") and rec.get("outcome") == "switched":
+        notes.append(f"Performance gate ({perf.get('mode')}): {_sentence(perf['msg'])}")
     if drain.get("msg"):
         notes.append(f"Before the stop: {_sentence(drain['msg'])}")
     rotation = rec.get("rotation") or {}
@@ -298,13 +306,29 @@ def _summary_text(rec: dict, service_dir: str) -> str:
     ])
 
 
-def summary_row(rec: dict) -> tuple[str, str, str, str]:
-    """The deploy summary's row for a host with a record: outcome, running now, verdict, cause."""
+def perf_cell(rec: dict) -> str:
+    """The deploy summary's performance column: output tokens/s against the known-good's, or
+    the figure alone when there was nothing to compare with."""
+    perf = rec.get("performance") or {}
+    if not perf:
+        return "-"
+    if not perf.get("measured_ok"):
+        return "not measured"
+    checks = (perf.get("comparison") or {}).get("checks") or []
+    speed = next((c for c in checks if c.get("figure") == "output_tokens_per_s"), None)
+    failed = [c["figure"] for c in checks if not c.get("ok")]
+    text = f"{speed['ratio']:g}x tok/s" if speed else f"{(perf.get('figures') or {}).get('output_tokens_per_s')} tok/s"
+    return f"{text}, {', '.join(failed)} regressed" if failed else text
+
+
+def summary_row(rec: dict) -> tuple[str, str, str, str, str]:
+    """The deploy summary's row for a host with a record: outcome, running now, verdict, performance, cause."""
     verdict_ = rec.get("verdict") or {}
     name = rec.get("outcome")
     label = OUTCOMES.get(name, str(name))
     return (label, str(rec.get("running") or "nothing healthy"),
-            "ready" if verdict_.get("ready") else str(verdict_.get("failure") or "-"), str(verdict_.get("cause") or "-"))
+            "ready" if verdict_.get("ready") else str(verdict_.get("failure") or "-"), perf_cell(rec),
+            str(verdict_.get("cause") or "-"))
 
 
 ATTEMPT_RE = re.compile(r"^\d{8}T\d{6}Z-")

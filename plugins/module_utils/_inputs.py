@@ -46,9 +46,11 @@ import math
 import re
 
 try:
+    from ansible_collections.inferops.sglang.plugins.module_utils import _bench as bench
     from ansible_collections.inferops.sglang.plugins.module_utils import _readiness as readiness
     from ansible_collections.inferops.sglang.plugins.module_utils import _variants as variants_mod
 except ImportError:  # loaded from the tree (tests, tools/)
+    import _bench as bench  # type: ignore[no-redef]
     import _readiness as readiness  # type: ignore[no-redef]
     import _variants as variants_mod  # type: ignore[no-redef]
 
@@ -317,6 +319,14 @@ def check_settings(settings: dict) -> list[str]:
                 readiness.stall_budgets(value)
             except ValueError as exc:
                 errors.append(f"sglang_service_gate_{exc}")
+        elif name == "sglang_service_perf_gate":
+            if value not in bench.MODES:
+                hint = " (quote off in YAML: unquoted it reads as false)" if value is False else ""
+                errors.append(f"{name} must be one of {', '.join(bench.MODES)}, got {value!r}{hint}")
+        elif name == "sglang_service_perf_load":
+            errors.extend(bench.check_load(value, name))
+        elif name == "sglang_service_perf_thresholds":
+            errors.extend(bench.check_thresholds(value, name))
         elif name in SETTINGS:
             errors.extend(check_setting(name, value))
         else:

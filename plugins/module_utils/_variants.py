@@ -19,6 +19,10 @@ try:
     from ansible_collections.inferops.sglang.plugins.module_utils import _sglang_releases as releases
 except ImportError:  # loaded from the tree (lab/bench/planner.py, tools/)
     import _sglang_releases as releases  # type: ignore[no-redef]
+try:
+    from ansible_collections.inferops.sglang.plugins.module_utils import _bench as bench
+except ImportError:  # loaded from the tree
+    import _bench as bench  # type: ignore[no-redef]
 
 # name -> (types, description). None in types means the parameter may be unset.
 PARAMS = {
@@ -46,6 +50,8 @@ PARAMS = {
     "cuda_graph_max_bs": ((int, type(None)), "largest batch captured in a CUDA graph"),
     "extra_args": ((list,), "further server flags, as a list of strings"),
     "gate_timeout": ((int, float), "seconds the readiness gate waits for this variant"),
+    "perf_thresholds": ((dict,), "the performance gate's limits on new / known-good for this variant, e.g. "
+                        "{output_tokens_per_s: 1.0}"),
 }
 DEFAULTS = {
     "speculative_algorithm": None, "draft_model": False, "ddtree_shadow_linear": False, "cuda_graph": True,
@@ -153,6 +159,8 @@ def check(params: dict) -> list[str]:
     in_range("speculative_num_draft_tokens", 1, 256)
     in_range("ddtree_budget", 1, 4096)
     in_range("gate_timeout", 1, 86400)
+    if "perf_thresholds" in params:
+        errors.extend(bench.check_thresholds(params["perf_thresholds"], "perf_thresholds"))
     algo = params.get("speculative_algorithm")
     if algo in NEEDS_DRAFT and not params.get("draft_model"):
         errors.append(f"speculative_algorithm {algo} needs a draft model: set draft_model: true")

@@ -146,8 +146,10 @@ def main() -> None:
             load[name] = p[name]
     if p["requests"] is None:
         load["requests"] = 2 * load["concurrency"]
+    errors = _bench.check_thresholds(p["thresholds"])
+    if errors:
+        module.fail_json(msg="; ".join(errors))
     try:
-        _bench.compare({}, None, p["thresholds"])  # the thresholds, checked before any load is sent
         client = _http.Client(p["url"], _readiness.module_api_key(module, None, p["api_key_file"]), True, p["timeout"])
     except (_bench.BenchError, ValueError) as exc:
         module.fail_json(msg=str(exc))

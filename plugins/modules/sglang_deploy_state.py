@@ -22,6 +22,9 @@ description:
     run's files and those of killed runs), and with O(history) appends the
     record to C(history.jsonl) (root only), clears the switch marker unless the rollback failed and keeps only the
     newest O(keep_attempts) attempt directories.
+  - O(step=figures) resolves the performance gate's load for the variant (O(variant_params), O(load)) and finds the
+    running service's figures under that load in C(history.jsonl): the newest measurement of the same command line,
+    release and GPUs (O(service)). Read-only.
 author:
   - inferops.sglang contributors (@inferops)
 attributes:
@@ -37,7 +40,7 @@ options:
     description: The step of the switch.
     type: str
     required: true
-    choices: [inspect, decide, restore, record]
+    choices: [inspect, decide, restore, record, figures]
   service_dir:
     description: The service's state directory (C(current.json), C(switch.json), C(known-good/), C(attempts/), C(staging/)).
     type: path
@@ -94,6 +97,17 @@ options:
         C(staging/) only (an unchanged host).
     type: bool
     default: true
+  service:
+    description: The running service as recorded (C(argv), C(sglang_version), C(gpu_devices); RV(before)) (O(step=figures)).
+    type: dict
+  variant_params:
+    description: The variant's parameters; its C(max_running_requests) and C(context_length) give the default load (O(step=figures)).
+    type: dict
+    default: {}
+  load:
+    description: The operator's load settings laid over the defaults (see the role's C(sglang_service_perf_load)) (O(step=figures)).
+    type: dict
+    default: {}
 """
 
 EXAMPLES = r"""
@@ -109,7 +123,8 @@ RETURN = r"""
 before:
   description: O(step=inspect). C(active), C(loaded), C(variant) (recorded as running, or null), C(interrupted),
     C(argv) and C(url) (its recorded flags and the URL they give, or null), C(api_key_file) (the installed --config file, or null),
-    C(marker) (the interrupted switch's marker), C(known_good) (a known-good unit is saved), C(known_good_variant), C(known_good_argv).
+    C(marker) (the interrupted switch's marker), C(known_good) (a known-good unit is saved), C(known_good_variant), C(known_good_argv),
+    C(sglang_version) and C(gpu_devices) (as recorded).
   returned: step is inspect
   type: dict
 switch:
@@ -134,6 +149,14 @@ summary:
   description: O(step=record). What the operator reads.
   returned: step is record
   type: str
+load:
+  description: O(step=figures). The load the performance gate sends (requests, concurrency, max_tokens, rounds, warmup, timeout).
+  returned: step is figures
+  type: dict
+known_good:
+  description: O(step=figures). The running service's newest figures under that load (with variant, time, load), or null.
+  returned: step is figures
+  type: dict
 pruned:
   description: O(step=record). Attempt directories removed (beyond O(keep_attempts)).
   returned: step is record
@@ -148,6 +171,7 @@ import shutil
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.inferops.sglang.plugins.module_utils import _bench
 from ansible_collections.inferops.sglang.plugins.module_utils import _deploy
 
 
@@ -193,6 +217,8 @@ def _inspect(module: AnsibleModule) -> dict:
         "known_good": known_good,
         "known_good_variant": (known_good_record or {}).get("variant") if known_good else None,
         "known_good_argv": (known_good_record or {}).get("argv") if known_good else None,
+        "sglang_version": (current or {}).get("sglang_version"),
+        "gpu_devices": (current or {}).get("gpu_devices"),
     }}
 
 
@@ -266,7 +292,33 @@ def _record(module: AnsibleModule) -> dict:
     return result
 
 
-STEPS = {"inspect": _inspect, "decide": _decide, "restore": _restore, "record": _record}
+def _history(path: str) -> list[dict]:
+    """history.jsonl's records, oldest first; a line that does not parse (a write cut short) is skipped."""
+    records = []
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for line in handle:
+                try:
+                    records.append(json.loads(line))
+                except ValueError:
+                    continue
+    except OSError:
+        return []
+    return records
+
+
+def _figures(module: AnsibleModule) -> dict:
+    p = module.params
+    params = p["variant_params"] or {}
+    try:
+        load = _bench.plan_load(params.get("max_running_requests"), params.get("context_length"), p["load"])
+    except _bench.BenchError as exc:
+        module.fail_json(msg=f"sglang_service_perf_load: {exc}")
+    records = _history(os.path.join(p["service_dir"], "history.jsonl")) if p["service"] else []
+    return {"load": load, "known_good": _bench.known_good(records, p["service"] or {}, load)}
+
+
+STEPS = {"inspect": _inspect, "decide": _decide, "restore": _restore, "record": _record, "figures": _figures}
 
 
 def main() -> None:
@@ -286,6 +338,9 @@ def main() -> None:
             fields=dict(type="dict"),
             keep_attempts=dict(type="int", default=20),
             history=dict(type="bool", default=True),
+            service=dict(type="dict"),
+            variant_params=dict(type="dict", default={}),
+            load=dict(type="dict", default={}),
         ),
         required_if=[("step", "decide", ["run_id"]), ("step", "restore", ["baseline", "url"]),
                      ("step", "record", ["fields"])],

@@ -94,8 +94,9 @@ options:
         C(sglang_service_gate_progress_interval), C(sglang_service_plan_tolerance),
         C(sglang_service_release_timeout), C(sglang_service_release_threshold_mib), C(sglang_service_lock_timeout),
         C(sglang_service_lock_lease), C(sglang_service_keep_attempts), C(sglang_service_args_timeout),
-        C(sglang_service_drain_timeout), C(sglang_service_drain_interval)), and the rotation hooks
-        (C(sglang_service_rotation_out), C(sglang_service_rotation_in)).
+        C(sglang_service_drain_timeout), C(sglang_service_drain_interval)), the rotation hooks
+        (C(sglang_service_rotation_out), C(sglang_service_rotation_in)) and the performance gate's settings
+        (C(sglang_service_perf_gate), C(sglang_service_perf_load), C(sglang_service_perf_thresholds)).
       - Numbers given as strings (C(-e name=VALUE)) are read as numbers.
     type: dict
     default: {}

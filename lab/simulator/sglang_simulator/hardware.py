@@ -14,13 +14,26 @@ A lab host carries one hardware file (JSON, default
         {"index": 1, ..., "state": "lost"}
       ],
       "cuda_libraries": ["libcudart.so.13", "libcublas.so.13"],
-      "time_scale": 0.05
+      "time_scale": 0.05,
+      "performance": {"step_seconds": 0.02, "eager_factor": 2.0, "prefill_seconds": 0.1,
+                      "speculative": {"NEXTN": {"accept_length": 2.71, "step_factor": 1.1}}}
     }
 
 ``state`` is ``ok`` or ``lost`` (fallen off the bus: nvidia-smi cannot get a
 handle, CUDA cannot use it). ``cuda_libraries`` lists the CUDA user-space
 libraries a ``ctypes.CDLL`` can open on this host. ``time_scale`` shrinks the
 simulated durations (weight loading, graph capture) for tests.
+
+``performance`` (optional) is how fast this host decodes, so that variants that
+all serve differ in speed as they do on the real host: one decode step of the
+target model takes ``step_seconds`` with CUDA graphs, ``eager_factor`` times
+that without (``--disable-cuda-graph``: each step launches its kernels one by
+one); a speculative step costs ``step_factor`` target steps (the draft and the
+verification) and yields ``accept_length`` tokens on average. A token thus takes
+``step_seconds * step_factor * (eager_factor without graphs) / accept_length``.
+Its own ``time_scale`` (default the host's) scales generations alone: a
+performance gate measures milliseconds, which a shared machine's scheduling
+noise would swamp at the start-up's scale.
 
 Memory used on each GPU is kept in a ledger directory (``SGLANG_SIM_STATE``,
 default ``/run/inferops-lab/gpu``): one JSON file per simulator process,
@@ -42,6 +55,42 @@ DEFAULT_STATE_DIR = "/run/inferops-lab/gpu"
 
 # Memory the driver and CUDA context hold on a GPU before any tensor exists.
 CUDA_CONTEXT_MIB = 500
+
+
+# A step's cost and its tokens per speculative algorithm when the hardware file says
+# nothing: every algorithm costs one target step; the accept lengths are of the
+# order real SGLang reports for each (meta_info.spec_accept_length).
+ACCEPT_LENGTH = {"NEXTN": 2.71, "EAGLE": 2.71, "EAGLE3": 3.12, "DFLASH": 4.36, "DDTREE": 5.41}
+
+
+@dataclass(frozen=True)
+class Performance:
+    step_seconds: float = 0.02
+    eager_factor: float = 1.0
+    prefill_seconds: float = 0.1
+    time_scale: float | None = None  # None: the host's time_scale
+    speculative: tuple[tuple[str, float, float], ...] = tuple((a, n, 1.0) for a, n in ACCEPT_LENGTH.items())
+
+    def accept_length(self, algorithm: str | None) -> float:
+        """Tokens per decode step (1.0 without speculative decoding)."""
+        return next((n for a, n, _f in self.speculative if a == algorithm), 1.0) if algorithm else 1.0
+
+    def token_seconds(self, algorithm: str | None, cuda_graph: bool) -> float:
+        """Simulated seconds per output token of one request."""
+        factor = next((f for a, _n, f in self.speculative if a == algorithm), 1.0) if algorithm else 1.0
+        eager = 1.0 if cuda_graph else self.eager_factor
+        return self.step_seconds * factor * eager / self.accept_length(algorithm)
+
+
+def _performance(data: dict | None) -> Performance:
+    data = data or {}
+    table = {a: (n, 1.0) for a, n in ACCEPT_LENGTH.items()}
+    for algorithm, spec in (data.get("speculative") or {}).items():
+        table[str(algorithm)] = (float(spec["accept_length"]), float(spec.get("step_factor", 1.0)))
+    return Performance(step_seconds=float(data.get("step_seconds", 0.02)), eager_factor=float(data.get("eager_factor", 1.0)),
+                       prefill_seconds=float(data.get("prefill_seconds", 0.1)),
+                       time_scale=float(data["time_scale"]) if data.get("time_scale") is not None else None,
+                       speculative=tuple((a, n, f) for a, (n, f) in table.items()))
 
 
 class HardwareError(Exception):
@@ -72,6 +121,7 @@ class Hardware:
     gpus: tuple[Gpu, ...]
     cuda_libraries: frozenset[str] = field(default_factory=frozenset)
     time_scale: float = 1.0
+    performance: Performance = field(default_factory=Performance)
 
     def gpu(self, index: int) -> Gpu:
         for gpu in self.gpus:
@@ -117,6 +167,7 @@ def load(path: Path | None = None) -> Hardware:
             gpus=gpus,
             cuda_libraries=frozenset(data.get("cuda_libraries", [])),
             time_scale=float(data.get("time_scale", 1.0)),
+            performance=_performance(data.get("performance")),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise HardwareError(f"hardware file {path} is malformed: {exc!r}") from exc

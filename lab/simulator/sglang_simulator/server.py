@@ -53,9 +53,6 @@ WORDS = (
     "returns the same text for the same prompt and the readiness gate can check "
     "that tokens really came back from a working server"
 ).split()
-# A prompt's prefill before its first streamed token (simulated seconds, scaled like every sleep)
-PREFILL_SECONDS = 0.1
-ACCEPT_LENGTH = {"NEXTN": 2.71, "EAGLE": 2.71, "EAGLE3": 3.12, "DFLASH": 4.36, "DDTREE": 5.41}
 
 
 def emulated_version() -> str:
@@ -244,6 +241,7 @@ class Simulator:
         self.served_name = self.args.served_model_name or self.args.model_path
         self.context_len = 0
         self.num_draft_tokens = 0
+        self.cuda_graph = True
         self.has_vision = False
         self.model_type: str | None = None
         self.architecture = ""
@@ -337,6 +335,7 @@ class Simulator:
         ranks = self._rank_gpus()
         cfg = server_config(self.release, self.args)
         self.num_draft_tokens = cfg.num_draft_tokens or memory.default_num_draft_tokens(cfg.speculative_algorithm, draft)
+        self.cuda_graph = cfg.cuda_graph
         self._log_init_begin()
         self.hang_point("distributed")
         self.sleep(2)
@@ -745,7 +744,7 @@ class Simulator:
             "last_gen_throughput": self.last_gen_throughput,
             "available_gib": self._free_after(self.plan) if self.plan else 0.0,
             "graph_usage": dict(self.graph_usage),
-            "avg_spec_accept_length": ACCEPT_LENGTH.get(self.args.speculative_algorithm or "") if self.ready.is_set() else None,
+            "avg_spec_accept_length": self._speed()[0] if self.ready.is_set() and self.args.speculative_algorithm else None,
         }
         return info_mod.build(self.release, self.args, self.plan, self.context_len, self.argv, figures)
 
@@ -787,28 +786,43 @@ class Simulator:
         digest = hashlib.sha256(prompt.encode("utf-8")).digest()
         count = max(1, int(max_new_tokens))
         words = [WORDS[(digest[i % len(digest)] + i) % len(WORDS)] for i in range(count)]
-        accept = ACCEPT_LENGTH.get(algorithm or "", 1.0)
+        accept, per_token = self._speed()
         started = time.monotonic()
         with self.lock:
             self.running += 1
         try:
             if emit is None:
-                self.sleep(count * 0.02 / accept)
+                self._generation_sleep(count * per_token)
             else:
-                self.sleep(PREFILL_SECONDS)
+                self._generation_sleep(self._performance().prefill_seconds)
                 done = 1
                 emit(self._output(prompt, words, done, accept, time.monotonic() - started))
                 step = max(1, round(accept))
                 while done < count:
                     added = min(step, count - done)
-                    self.sleep(added * 0.02 / accept)
+                    self._generation_sleep(added * per_token)
                     done += added
                     emit(self._output(prompt, words, done, accept, time.monotonic() - started))
         finally:
             with self.lock:
                 self.running -= 1
-        self.last_gen_throughput = round(count / (count * 0.02 / accept), 2)
-        return self._output(prompt, words, count, accept, round(count * 0.02 / accept, 4))
+        self.last_gen_throughput = round(1 / per_token, 2)
+        return self._output(prompt, words, count, accept, round(count * per_token, 4))
+
+    def _generation_sleep(self, seconds: float) -> None:
+        scale = self._performance().time_scale
+        if scale is None:
+            self.sleep(seconds)
+        else:
+            time.sleep(max(0.0, seconds * scale))
+
+    def _performance(self) -> hw.Performance:
+        return self.hardware.performance if self.hardware else hw.Performance()
+
+    def _speed(self) -> tuple[float, float]:
+        """(accept length, simulated seconds per output token) of this server on this host."""
+        perf, algorithm = self._performance(), self.args.speculative_algorithm
+        return perf.accept_length(algorithm), perf.token_seconds(algorithm, self.cuda_graph)
 
     def _output(self, prompt: str, words: list[str], done: int, accept: float, latency: float) -> dict:
         """/generate's answer after ``done`` of ``words``: text and ids cumulative, meta_info as real SGLang's."""

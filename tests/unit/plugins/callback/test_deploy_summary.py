@@ -27,11 +27,12 @@ def test_every_host_is_listed_with_how_far_the_rollout_went():
     lines = summary_lines(ROLLOUT, records, {}, {"fleet-01", "fleet-02", "fleet-03"})
     assert lines[0] == ("DEPLOY SUMMARY: variant balanced, canary 1 then batches of 25%, stop above 0% failed in a batch")
     table = rows(lines)
-    assert table["fleet-01"].split() == ["fleet-01", "switched", "shadow-balanced", "ready", "-"]
+    assert table["fleet-01"].split() == ["fleet-01", "switched", "shadow-balanced", "ready", "-", "-"]
     assert table["fleet-02"].split()[1] == "unchanged"
-    assert table["fleet-03"].split() == ["fleet-03", "rolled", "back", "nextn", "unit_restarted", "cuda_library"]
+    assert table["fleet-03"].split() == ["fleet-03", "rolled", "back", "nextn", "unit_restarted", "-", "cuda_library"]
     assert table["fleet-04"].split()[1:3] == ["not", "reached"]
     assert "fleet-03: variant shadow-balanced FAILED" in lines
+    assert lines[1].split() == ["host", "outcome", "running", "now", "verdict", "perf", "cause"]
     assert lines[-1] == ("The rollout stopped after fleet-03: 2 host(s) not reached and left as they were "
                          "(fleet-04, fleet-05).")
 

@@ -73,9 +73,9 @@ def test_a_regression_fails_with_the_figure_named(change, figure):
 
 def test_thresholds_are_per_variant_and_checked():
     assert _bench.compare(dict(BASE, output_tokens_per_s=890.0), BASE, {"output_tokens_per_s": 0.85})["passed"]
-    with pytest.raises(_bench.BenchError, match="unknown threshold itl"):
+    with pytest.raises(_bench.BenchError, match="thresholds: unknown figure itl"):
         _bench.compare(BASE, BASE, {"itl": 1.1})
-    with pytest.raises(_bench.BenchError, match="must be a ratio > 0"):
+    with pytest.raises(_bench.BenchError, match=r"thresholds.ttft_p95 must be a ratio in \(0, 100\), got 0"):
         _bench.compare(BASE, BASE, {"ttft_p95": 0})
 
 
@@ -123,4 +123,108 @@ def test_the_module_measures_and_compares(launch, capsys, tmp_path):
     assert rc == 0 and result["passed"] is False
     assert "slower than the known-good service: output_tokens_per_s" in result["msg"]
     rc, result, _out = run_module(sglang_bench.main, capsys, dict(args, thresholds={"itl": 2}))
-    assert rc == 1 and result["msg"].startswith("unknown threshold itl")
+    assert rc == 1 and result["msg"].startswith("thresholds: unknown figure itl")
+
+
+# -- the deploy's performance gate: the load, the known-good figures in the history, the record
+
+def test_the_load_is_the_variants_with_the_operators_override():
+    assert _bench.plan_load(16, 131072) == {"concurrency": 8, "requests": 16, "max_tokens": 128, "rounds": 3,
+                                            "warmup": True, "timeout": 60}
+    # an overridden concurrency brings its requests along, unless they are given too
+    assert _bench.plan_load(16, 131072, {"concurrency": 2})["requests"] == 4
+    assert _bench.plan_load(16, 131072, {"concurrency": 2, "requests": 9})["requests"] == 9
+    with pytest.raises(_bench.BenchError, match=r"load.rounds must be an integer in \[1, 4096\], got 0"):
+        _bench.plan_load(16, 131072, {"rounds": 0})
+
+
+@pytest.mark.parametrize("load, error", [
+    ([], "load must be a dict"),
+    ({"users": 3}, "load: unknown setting users"),
+    ({"concurrency": "8"}, "load.concurrency must be an integer in [1, 4096], got '8'"),
+    ({"max_tokens": True}, "load.max_tokens must be an integer"),
+    ({"warmup": "yes"}, "load.warmup must be true or false"),
+    ({"timeout": 0}, "load.timeout must be a number of seconds > 0"),
+])
+def test_a_bad_load_is_named(load, error):
+    assert _bench.check_load(load)[0].startswith(error)
+
+
+@pytest.mark.parametrize("thresholds, error", [
+    ({"speed": 1.0}, "t: unknown figure speed"),
+    ({"ttft_p95": 0}, "t.ttft_p95 must be a ratio in (0, 100), got 0"),
+    ({"accept_length": "0.9"}, "t.accept_length must be a ratio"),
+    ("0.9", "t must be a dict of figure: ratio"),
+])
+def test_bad_thresholds_are_named(thresholds, error):
+    assert _bench.check_thresholds(thresholds, "t")[0].startswith(error)
+
+
+SERVICE = {"argv": ["--model-path", "/m", "--speculative-algorithm", "NEXTN"], "sglang_version": "0.5.11",
+           "gpu_devices": [0, 1]}
+LOAD = _bench.plan_load(16, 131072)
+
+
+def perf(figures, load=LOAD, known=None, measured_ok=True):
+    return {"figures": figures, "load": load, "measured_ok": measured_ok, "known_good": known}
+
+
+def test_the_known_good_figures_are_the_newest_of_the_same_service_under_the_same_load():
+    old = dict(SERVICE, outcome="switched", variant="nextn", time="t1", performance=perf({"output_tokens_per_s": 1.0}))
+    new = dict(old, time="t2", performance=perf({"output_tokens_per_s": 2.0}))
+    other_load = dict(old, time="t3", performance=perf({"output_tokens_per_s": 3.0}, load=dict(LOAD, concurrency=4)))
+    rolled_back = dict(old, time="t4", outcome="rolled_back", performance=perf({"output_tokens_per_s": 4.0}))
+    other_gpus = dict(old, time="t5", gpu_devices=[2, 3], performance=perf({"output_tokens_per_s": 5.0}))
+    found = _bench.known_good([old, new, other_load, rolled_back, other_gpus, "not a record"], SERVICE, LOAD)
+    assert found["figures"] == {"output_tokens_per_s": 2.0} and found["time"] == "t2" and found["source"] == "history"
+    # rounds and warmup do not change what a figure measures; the load's size does
+    assert _bench.known_good([new], SERVICE, dict(LOAD, rounds=5, warmup=False))["time"] == "t2"
+    assert _bench.known_good([new], SERVICE, dict(LOAD, max_tokens=64)) is None
+    # another release of the same command line is another service; so is an unrecorded one
+    assert _bench.known_good([new], dict(SERVICE, sglang_version="0.5.23"), LOAD) is None
+    assert _bench.known_good([new], dict(SERVICE, argv=None), LOAD) is None
+
+
+def test_a_known_good_measured_before_its_stop_counts_even_when_the_switch_rolled_back():
+    measured = dict(SERVICE, variant="nextn", source="measured", time="t1", figures={"output_tokens_per_s": 7.0}, load=LOAD)
+    rec = {"outcome": "rolled_back", "variant": "shadow-balanced", "argv": ["--other"], "sglang_version": "0.5.11",
+           "gpu_devices": [0, 1], "performance": perf({"output_tokens_per_s": 3.0}, known=measured)}
+    found = _bench.known_good([rec], SERVICE, LOAD)
+    assert found["figures"] == {"output_tokens_per_s": 7.0} and found["variant"] == "nextn"
+    # a known-good that could not be measured has no figures to reuse
+    assert _bench.known_good([dict(rec, performance=perf(None, known=dict(measured, figures=None)))], SERVICE, LOAD) is None
+
+
+RESULT = {"passed": False, "figures": {"output_tokens_per_s": 500.0}, "load": LOAD, "seconds": 9.5,
+          "comparison": {"passed": False, "checks": [{"figure": "output_tokens_per_s", "new": 500.0, "known_good": 1000.0,
+                                                      "ratio": 0.5, "limit": ">= 0.9x", "ok": False}],
+                         "msg": "slower than the known-good service: output_tokens_per_s 500.0 vs 1000.0 (0.5x, limit >= 0.9x)"},
+          "msg": "500.0 output tokens/s; slower than the known-good service: ..."}
+
+
+def test_the_gate_record_keeps_mode_figures_comparison_and_the_known_goods_origin():
+    known = dict(SERVICE, variant="nextn", source="history", time="t", figures={"output_tokens_per_s": 1000.0},
+                 load=LOAD, extra="dropped")
+    rec = _bench.gate_record("enforce", RESULT, known)
+    assert list(rec) == list(_bench.PERF_KEYS)
+    assert rec["enforced"] and rec["measured_ok"] and rec["passed"] is False and rec["seconds"] == 9.5
+    assert rec["comparison"]["checks"][0]["ratio"] == 0.5 and "extra" not in rec["known_good"]
+    assert rec["known_good"]["source"] == "history"
+    # report: the same figures, not enforced, and the reason is said
+    rec = _bench.gate_record("report", RESULT, known, "the baseline variant nextn is the reference")
+    assert not rec["enforced"] and rec["msg"].endswith("(reported only: the baseline variant nextn is the reference)")
+    assert _bench.gate_record("off", RESULT, known) is None and _bench.gate_record("enforce", None, None) is None
+
+
+def test_a_gate_with_nothing_to_compare_says_its_figures_are_the_next_baseline():
+    result = {"passed": True, "figures": {"output_tokens_per_s": 9.0}, "load": LOAD, "seconds": 2.0,
+              "comparison": {"passed": True, "checks": [], "msg": "no known-good figures to compare with"}, "msg": "9.0 output tokens/s"}
+    rec = _bench.gate_record("enforce", result, None)
+    assert rec["msg"] == ("9.0 output tokens/s; not compared (no known-good figures under this load): "
+                          "these figures are the next switch's baseline")
+    failed_known = {"variant": "nextn", "source": "measured", "figures": None, "error": "round 1 failed: 2 of 16 requests"}
+    assert "not compared (round 1 failed: 2 of 16 requests)" in _bench.gate_record("enforce", result, failed_known)["msg"]
+    # the variant never got to the gate (it failed its readiness gate): the known-good's measurement is still kept
+    rec = _bench.gate_record("enforce", None, dict(failed_known, figures={"output_tokens_per_s": 1.0}))
+    assert rec["measured_ok"] is False and rec["known_good"]["figures"] == {"output_tokens_per_s": 1.0}
+    assert rec["msg"] == "not measured: the variant did not get to the performance gate"

@@ -237,3 +237,35 @@ def test_a_host_left_out_of_rotation_is_said_so():
     rec = _deploy.record(fields("switched", drain=DRAIN, rotation={"out": {"ok": True, "msg": "HTTP 204"},
                                                                    "in": {"ok": False, "msg": "HTTP 503 (expected 200): x"}}))
     assert _deploy.summary_text(rec, "/d").endswith("The host is OUT of rotation (HTTP 503 (expected 200): x).")
+
+
+PERF_RESULT = {"passed": True, "figures": {"output_tokens_per_s": 1240.0}, "load": {"requests": 8, "concurrency": 4,
+               "max_tokens": 128}, "seconds": 6.1,
+               "comparison": {"passed": True, "checks": [{"figure": "output_tokens_per_s", "new": 1240.0, "known_good": 1000.0,
+                                                          "ratio": 1.24, "limit": ">= 0.9x", "ok": True}],
+                              "msg": "as fast as the known-good service: output_tokens_per_s 1240.0 vs 1000.0 (1.24x, limit >= 0.9x)"},
+               "msg": "1240.0 output tokens/s; as fast as the known-good service: output_tokens_per_s 1240.0 vs 1000.0 (1.24x, limit >= 0.9x)"}
+
+
+def test_the_record_and_the_summary_carry_the_performance_gate():
+    rec = _deploy.record(fields("switched", performance={"mode": "enforce", "result": PERF_RESULT,
+                                                         "known_good": {"variant": "nextn", "source": "measured"}}))
+    assert rec["performance"]["figures"] == {"output_tokens_per_s": 1240.0} and rec["performance"]["enforced"]
+    assert _deploy.summary_text(rec, "/d").splitlines()[-1] == (
+        "Performance gate (enforce): 1240.0 output tokens/s; as fast as the known-good service: "
+        "output_tokens_per_s 1240.0 vs 1000.0 (1.24x, limit >= 0.9x).")
+    assert _deploy.summary_row(rec) == ("switched", "shadow-balanced", "ready", "1.24x tok/s", "-")
+    # a regression: the row names what regressed
+    slow = dict(PERF_RESULT, passed=False, comparison=dict(PERF_RESULT["comparison"], checks=[
+        dict(PERF_RESULT["comparison"]["checks"][0], ratio=0.5, ok=False)]))
+    rec = _deploy.record(fields("rolled_back", rollback={"variant": "nextn", "ready": True, "msg": "ok"},
+                                verdict={"ready": False, "failure": "slower_than_known_good", "cause": "output_tokens_per_s",
+                                         "msg": "slower"},
+                                performance={"mode": "enforce", "result": slow, "known_good": None}))
+    assert _deploy.summary_row(rec) == ("rolled back", "nextn", "slower_than_known_good",
+                                        "0.5x tok/s, output_tokens_per_s regressed", "output_tokens_per_s")
+    # off, or an unchanged host: nothing measured, nothing said
+    for perf in ({"mode": "off", "result": PERF_RESULT}, {"mode": "enforce", "result": None}, None):
+        rec = _deploy.record(fields("switched", performance=perf))
+        assert rec["performance"] is None and _deploy.summary_row(rec)[3] == "-"
+        assert "Performance" not in _deploy.summary_text(rec, "/d")

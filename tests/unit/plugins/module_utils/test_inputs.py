@@ -197,3 +197,27 @@ def test_a_gate_interval_longer_than_the_variants_gate_timeout_is_refused_first(
                       "sglang_service_gate_interval 45 exceeds the gate_timeout 20 of the baseline variant nextn"]
     # a variant that does not resolve is sglang_variant's to name
     assert _inputs.check(good(settings=settings, variant="turbo")) == []
+
+
+@pytest.mark.parametrize("name,value,error", [
+    ("sglang_service_perf_gate", "strict", "sglang_service_perf_gate must be one of enforce, report, off, got 'strict'"),
+    ("sglang_service_perf_gate", False, "sglang_service_perf_gate must be one of enforce, report, off, got False "
+                                        "(quote off in YAML: unquoted it reads as false)"),
+    ("sglang_service_perf_load", {"concurency": 4}, "sglang_service_perf_load: unknown setting concurency"),
+    ("sglang_service_perf_load", {"rounds": 0}, "sglang_service_perf_load.rounds must be an integer in [1, 4096], got 0"),
+    ("sglang_service_perf_thresholds", {"output_tokens_per_s": -1},
+     "sglang_service_perf_thresholds.output_tokens_per_s must be a ratio in (0, 100), got -1"),
+    ("sglang_service_perf_thresholds", {"itl": 1.1}, "sglang_service_perf_thresholds: unknown figure itl"),
+])
+def test_the_performance_gates_settings_are_checked_before_anything_changes(name, value, error):
+    errors = _inputs.check(good(settings=dict(good()["settings"], **{name: value})))
+    assert len(errors) == 1 and errors[0].startswith(error), errors
+
+
+def test_a_variants_own_perf_thresholds_are_checked_with_the_variant():
+    variants = dict(DEFAULTS["sglang_service_variants"], fast={"inherits": "nextn", "perf_thresholds": {"ttft_p95": 0}})
+    from ansible_collections.inferops.sglang.plugins.module_utils import _variants
+    errors = _variants.check(_variants.resolve("fast", variants)[1])
+    assert errors == ["perf_thresholds.ttft_p95 must be a ratio in (0, 100), got 0"]
+    ok = dict(variants, fast={"inherits": "nextn", "perf_thresholds": {"output_tokens_per_s": 1.05}})
+    assert _variants.check(_variants.resolve("fast", ok)[1]) == []

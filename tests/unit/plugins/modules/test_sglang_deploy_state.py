@@ -117,3 +117,33 @@ def test_run_id_must_be_a_plain_name(tmp_path, capsys):
     state, files = layout(tmp_path)
     code, result = run(capsys, step="decide", service_dir=str(state), run_id="../x", files=files)
     assert code == 1 and "run_id" in result["msg"]
+
+
+def test_figures_finds_the_running_services_measurement_written_by_an_earlier_record(tmp_path, capsys):
+    """The record step writes the switched variant's figures; a later figures step of the same service
+    under the same load finds them (a cut-short line is skipped), and another load does not."""
+    state = layout(tmp_path)[0]
+    argv = ["--model-path", "/m", "--port", "30000"]
+    load = {"requests": 16, "concurrency": 8, "max_tokens": 128, "rounds": 3, "warmup": True}
+    result = {"passed": True, "figures": {"output_tokens_per_s": 812.5}, "load": load, "seconds": 4.0,
+              "comparison": {"passed": True, "checks": [], "msg": "no known-good figures to compare with"}, "msg": "812.5 output tokens/s"}
+    code, written = run(capsys, step="record", service_dir=str(state), run_id="run1",
+                        fields={"variant": "nextn", "outcome": "switched", "verdict": {"ready": True}, "argv": argv,
+                                "sglang_version": "0.5.11", "gpu_devices": [0],
+                                "performance": {"mode": "enforce", "result": result, "known_good": None}})
+    assert code == 0 and written["record"]["performance"]["measured_ok"]
+    with open(state / "history.jsonl", "a", encoding="utf-8") as handle:
+        handle.write('{"cut short')
+    service = {"argv": argv, "sglang_version": "0.5.11", "gpu_devices": [0], "variant": "nextn", "active": True}
+    code, got = run(capsys, step="figures", service_dir=str(state), service=service,
+                    variant_params={"max_running_requests": 16, "context_length": 131072})
+    assert code == 0 and got["load"]["concurrency"] == 8 and got["load"]["timeout"] == 60
+    assert got["known_good"]["figures"] == {"output_tokens_per_s": 812.5} and got["known_good"]["source"] == "history"
+    # a variant with 4 running requests is measured at concurrency 4: the figures at 8 do not count
+    code, got = run(capsys, step="figures", service_dir=str(state), service=service, variant_params={"max_running_requests": 4})
+    assert code == 0 and got["load"]["concurrency"] == 4 and got["known_good"] is None
+    # no running service (a first deploy): the load only
+    code, got = run(capsys, step="figures", service_dir=str(state), variant_params={}, load={"max_tokens": 64})
+    assert code == 0 and got["load"]["max_tokens"] == 64 and got["known_good"] is None
+    code, got = run(capsys, step="figures", service_dir=str(state), load={"rounds": 0})
+    assert code == 1 and got["msg"] == "sglang_service_perf_load: load.rounds must be an integer in [1, 4096], got 0"

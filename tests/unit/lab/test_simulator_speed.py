@@ -1,0 +1,40 @@
+"""The simulator's decode speed per host and variant (the hardware file's
+performance section, lab/simulator/sglang_simulator/hardware.py), measured the
+way the deploy's performance gate measures (_bench): on ct200 the balanced
+DDTree variant (no CUDA graphs) is faster than NEXTN, as in the field, and
+NEXTN without CUDA graphs is slower. A test double's speed: what the
+performance gate's verdicts in molecule/deploy rest on."""
+
+from __future__ import annotations
+
+from sim_helpers import BALANCED, MODEL, NEXTN
+
+from ansible_collections.inferops.sglang.plugins.module_utils import _bench
+from ansible_collections.inferops.sglang.plugins.module_utils._http import Client
+
+
+def measure(launch, args: list[str], load: dict, ddtree: bool = False) -> dict:
+    server = launch([*MODEL, *args], version="0.5.11", host="ct200", gpus="0,1", ddtree=ddtree,
+                    hw={"time_scale": 0.01})
+    server.wait_for(lambda: server.status("/health") == 200, timeout=120, what="health")
+    result = _bench.benchmark(Client(f"http://127.0.0.1:{server.port}", None, True, 30), load["requests"],
+                              load["concurrency"], load["max_tokens"], load["rounds"], True, 30)
+    server.proc.kill()
+    server.proc.wait()
+    assert result["ok"], result
+    return result["figures"]
+
+
+def test_ct200s_balanced_variant_is_faster_than_nextn_and_nextn_without_graphs_slower(launch):
+    # the load of the balanced variant (max_running_requests 4), as the gate measures both
+    load = _bench.plan_load(4, 32768)
+    nextn = measure(launch, NEXTN, load)
+    balanced = measure(launch, BALANCED, load, ddtree=True)
+    eager = measure(launch, [*NEXTN, "--disable-cuda-graph"], load)
+    print({"nextn": nextn, "balanced": balanced, "eager": eager})
+    faster = _bench.compare(balanced, nextn)
+    slower = _bench.compare(eager, nextn)
+    assert faster["passed"], faster["msg"]
+    assert balanced["output_tokens_per_s"] > 1.05 * nextn["output_tokens_per_s"], faster["msg"]
+    assert balanced["accept_length"] == 5.41 and nextn["accept_length"] == 2.71
+    assert not slower["passed"] and [c["figure"] for c in slower["checks"] if not c["ok"]] == ["output_tokens_per_s"], slower
