@@ -87,8 +87,12 @@ def fixture_sim(launch):
     return server
 
 
-def run(tmp_path, sim, out_hook: dict, in_hook: dict, switch_ok: bool = True) -> tuple[int, str, dict]:
-    """The drain block, then (as after a gate that passed) the in hook and its check; the facts at the end."""
+LOAD = {"requests": 4, "concurrency": 2, "max_tokens": 16, "rounds": 2, "warmup": True, "timeout": 30}
+
+
+def run(tmp_path, sim, out_hook: dict, in_hook: dict, switch_ok: bool = True, perf: str = "off") -> tuple[int, str, dict]:
+    """The drain block, then (as after a gate that passed) the in hook and its check; the facts at the end.
+    perf: the performance gate's mode (the running service is measured after its drain unless off)."""
     switch = yaml.safe_load((TASKS / "switch.yml").read_text())
     config = tmp_path / "sglang-qwen.yaml"
     config.write_text(f"api-key: {json.dumps(KEY)}\n")
@@ -103,13 +107,16 @@ def run(tmp_path, sim, out_hook: dict, in_hook: dict, switch_ok: bool = True) ->
             "sglang_service_rotation_out": out_hook, "sglang_service_rotation_in": in_hook,
             "sglang_service_drain_timeout": 30, "sglang_service_drain_interval": 0.2,
             "__sglang_service_drain": {}, "_sglang_service_rotation": {},
+            "sglang_service_perf_gate": perf, "_sglang_service_perf_baseline": None,
+            "__sglang_service_perf_plan": {"load": LOAD, "known_good": None},
         },
         "tasks": [
             rooted(find(switch, "Take the host out of rotation and drain")),
             *([rooted(find(switch, "Put the host back in rotation"))] if switch_ok else []),
             {"name": "Keep the facts", "ansible.builtin.copy": {
                 "dest": str(facts),
-                "content": "{{ {'drain': __sglang_service_drain, 'rotation': _sglang_service_rotation} | to_json }}"}},
+                "content": "{{ {'drain': __sglang_service_drain, 'rotation': _sglang_service_rotation,"
+                           " 'known_good': _sglang_service_perf_baseline} | to_json }}"}},
             find(switch, "The host is back in rotation"),
         ],
     }]
@@ -142,7 +149,7 @@ def test_out_of_rotation_then_drained_then_back_in(tmp_path, sim, balancer):
     hook = {"url": balancer.url + "/pools/sglang/ct200", "headers": {"Authorization": f"Bearer {TOKEN}"},
             "status_code": [200, 204]}
     thread = in_flight(sim, 150000)  # seconds on ct200's time scale, longer than ansible-playbook's start
-    rc, output, facts = run(tmp_path, sim, dict(hook, method="DELETE"), dict(hook, method="PUT"))
+    rc, output, facts = run(tmp_path, sim, dict(hook, method="DELETE"), dict(hook, method="PUT"), perf="enforce")
     assert rc == 0, output[-3000:]
     assert [(m, p) for m, p, _auth in balancer.calls] == [("DELETE", "/pools/sglang/ct200"), ("PUT", "/pools/sglang/ct200")]
     assert all(auth == f"Bearer {TOKEN}" for _m, _p, auth in balancer.calls)
@@ -150,6 +157,11 @@ def test_out_of_rotation_then_drained_then_back_in(tmp_path, sim, balancer):
     assert drain["drained"] is True and drain["in_flight_at_start"] == 1 and drain["in_flight_at_stop"] == 0
     assert drain["polls"] >= 2 and drain["seconds"] > 0, drain  # it waited for the generation to end
     assert facts["rotation"] == {"out": {"ok": True, "msg": "HTTP 204"}, "in": {"ok": True, "msg": "HTTP 204"}}
+    # drained and out of rotation, the running service was measured for the performance gate, with its key
+    known = facts["known_good"]
+    assert known["source"] == "measured" and known["variant"] == "nextn" and known["error"] is None, known
+    assert known["figures"]["output_tokens_per_s"] > 0 and known["figures"]["accept_length"] == 2.71
+    assert known["load"] == {k: LOAD[k] for k in ("requests", "concurrency", "max_tokens", "rounds", "warmup")}
     thread.join(30)
 
 
@@ -178,3 +190,4 @@ def test_without_hooks_the_drain_still_runs(tmp_path, sim):
     rc, output, facts = run(tmp_path, sim, {}, {})
     assert rc == 0, output[-3000:]
     assert facts["rotation"] == {} and facts["drain"]["drained"] is True and facts["drain"]["in_flight_at_start"] == 0
+    assert facts["known_good"] is None  # the performance gate is off: nothing measured
