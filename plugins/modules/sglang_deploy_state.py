@@ -23,7 +23,7 @@ description:
     record to C(history.jsonl) (root only), clears the switch marker unless the rollback failed and keeps only the
     newest O(keep_attempts) attempt directories.
   - O(step=figures) resolves the performance gate's load for the variant (O(variant_params), O(load)) and finds the
-    running service's figures under that load in C(history.jsonl): the newest measurement of the same command line,
+    running service's figures under that load in C(history.jsonl), the newest measurement of the same command line,
     release and GPUs (O(service)). Read-only.
 author:
   - inferops.sglang contributors (@inferops)
