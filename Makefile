@@ -8,7 +8,7 @@ export ANSIBLE_FORCE_COLOR ?= 0
 # Requests to the lab's local servers never go through a proxy.
 export NO_PROXY := 127.0.0.1,localhost
 
-.PHONY: setup real lab lab-down test lint sanity units conformance molecule bench bench-plan bench-fleet
+.PHONY: setup real lab lab-down test lint sanity units conformance molecule bench bench-plan bench-perf bench-fleet
 
 # The venvs live in the per-user cache, keyed by their inputs (.ci/venv.sh).
 $(VENV)/.stamp: requirements.txt
@@ -63,12 +63,16 @@ lab-down:
 ## (every field case, the stall of graph-hang included) and against real SGLang
 ## 0.5.11/0.5.23 on CPU (lab/bench/readiness_real.py, about 10 min), each gate
 ## against the naive uri loop; and the memory planner's plans per second (no
-## lab needed: make bench-plan).
-bench: setup real bench-plan
+## lab needed: make bench-plan); and the performance gate's cost and verdict on
+## real SGLang (make bench-perf).
+bench: setup real bench-plan bench-perf
 	lab/labctl up
 	ansible-playbook -i inventories/lab lab/playbooks/field_cases.yml
 	python lab/bench/readiness.py
 	python lab/bench/readiness_real.py
+
+bench-perf: setup real
+	python lab/bench/perf_gate.py
 
 bench-plan: $(VENV)/.stamp
 	python lab/bench/planner.py

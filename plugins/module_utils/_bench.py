@@ -154,9 +154,11 @@ def _round(value: float | None) -> float | None:
 
 
 def benchmark(client, requests: int, concurrency: int, max_tokens: int, rounds: int = 3, warmup: bool = True,
-              timeout: float = 60) -> dict:
+              timeout: float = 60, budget: float | None = None) -> dict:
     """A warmup round (not counted), then ``rounds`` rounds; each figure is the median of the rounds.
-    Any failed request fails the measurement: a server that cannot serve the load is not measured."""
+    With ``budget`` (seconds), a round that would end past it (judged by the round before) is not
+    started: at least one round is measured, and the result says how many were. Any failed request
+    fails the measurement: a server that cannot serve the load is not measured."""
     for name, value, low in (("requests", requests, 1), ("concurrency", concurrency, 1), ("max_tokens", max_tokens, 1),
                              ("rounds", rounds, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -166,8 +168,10 @@ def benchmark(client, requests: int, concurrency: int, max_tokens: int, rounds: 
         first = run_round(client, min(concurrency, requests), concurrency, max_tokens, timeout)
         if first["error_count"]:
             return _failed(first, started, "the warmup round")
-    measured = []
+    measured: list[dict] = []
     for index in range(rounds):
+        if budget and measured and time.monotonic() - started + measured[-1]["wall"] > budget:
+            break
         result = run_round(client, requests, concurrency, max_tokens, timeout, offset=index)
         if result["error_count"]:
             return _failed(result, started, f"round {index + 1}")
@@ -178,7 +182,7 @@ def benchmark(client, requests: int, concurrency: int, max_tokens: int, rounds: 
         figures[name] = round(statistics.median(values), 4) if values else None
     return {"ok": True, "figures": figures, "rounds": measured, "seconds": round(time.monotonic() - started, 2),
             "load": {"requests": requests, "concurrency": concurrency, "max_tokens": max_tokens, "rounds": rounds,
-                     "warmup": warmup},
+                     "warmup": warmup, "budget": budget, "rounds_measured": len(measured)},
             "msg": _describe(figures)}
 
 
@@ -242,10 +246,13 @@ def compare(figures: dict, baseline: dict | None, thresholds: dict | None = None
 # enforce: a regression fails the gate and the switch rolls back; report: measured,
 # compared and recorded, never rolled back; off: nothing is measured.
 MODES = ("enforce", "report", "off")
+# Seconds one measurement may take (rounds after the first are skipped past it): a switch
+# measures the new variant, and the known-good one when the history has no figures of it.
+BUDGET = 30
 # What makes two measurements comparable: the same load. Rounds, warmup and the
 # request timeout change how well a figure is measured, not what it measures.
 LOAD_KEYS = ("requests", "concurrency", "max_tokens")
-LOAD_SETTINGS = {"requests": 1, "concurrency": 1, "max_tokens": 1, "rounds": 1, "warmup": None, "timeout": 1}
+LOAD_SETTINGS = {"requests": 1, "concurrency": 1, "max_tokens": 1, "rounds": 1, "warmup": None, "timeout": 1, "budget": 1}
 # What identifies the service that was measured: the same command line of the same
 # release on the same GPUs (a record's argv, sglang_version, gpu_devices).
 SERVICE_KEYS = ("argv", "sglang_version", "gpu_devices")
@@ -253,7 +260,7 @@ SERVICE_KEYS = ("argv", "sglang_version", "gpu_devices")
 
 def check_load(load: object, what: str = "load") -> list[str]:
     """Every problem of a load override: requests, concurrency, max_tokens, rounds (integers >= 1),
-    warmup (bool), timeout (seconds > 0)."""
+    warmup (bool), timeout and budget (seconds > 0)."""
     if not isinstance(load, dict):
         return [f"{what} must be a dict, got {load!r}"]
     errors = []
@@ -263,9 +270,9 @@ def check_load(load: object, what: str = "load") -> list[str]:
         elif name == "warmup":
             if not isinstance(value, bool):
                 errors.append(f"{what}.warmup must be true or false, got {value!r}")
-        elif name == "timeout":
+        elif name in ("timeout", "budget"):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                errors.append(f"{what}.timeout must be a number of seconds > 0, got {value!r}")
+                errors.append(f"{what}.{name} must be a number of seconds > 0, got {value!r}")
         elif isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 4096:
             errors.append(f"{what}.{name} must be an integer in [1, 4096], got {value!r}")
     return errors
@@ -277,7 +284,7 @@ def plan_load(max_running_requests: int | None, context_length: int | None, over
     errors = check_load(override or {})
     if errors:
         raise BenchError("; ".join(errors))
-    load = dict(defaults(max_running_requests, context_length), rounds=3, warmup=True, timeout=60)
+    load = dict(defaults(max_running_requests, context_length), rounds=3, warmup=True, timeout=60, budget=BUDGET)
     load.update(override or {})
     if "requests" not in (override or {}):
         load["requests"] = 2 * load["concurrency"]

@@ -60,6 +60,11 @@ options:
     description: Seconds one request may take.
     type: float
     default: 60
+  budget:
+    description:
+      - Seconds the measurement may take; a round that would end past it (judged by the round before) is not started.
+        At least one round is measured; RV(load.rounds_measured) says how many were. Unset, every round runs.
+    type: float
   baseline:
     description: The known-good service's figures (RV(figures) of an earlier run).
     type: dict
@@ -101,7 +106,7 @@ comparison:
   returned: when measured
   type: dict
 load:
-  description: The load sent (requests, concurrency, max_tokens, rounds, warmup).
+  description: The load sent (requests, concurrency, max_tokens, rounds, warmup, budget, rounds_measured).
   returned: when measured
   type: dict
 seconds:
@@ -134,6 +139,7 @@ def main() -> None:
             max_running_requests=dict(type="int"),
             context_length=dict(type="int"),
             timeout=dict(type="float", default=60),
+            budget=dict(type="float"),
             baseline=dict(type="dict"),
             thresholds=dict(type="dict", default={}),
         ),
@@ -157,7 +163,7 @@ def main() -> None:
         module.exit_json(changed=False, passed=True, msg=f"check mode: would measure {load}")
     try:
         result = _bench.benchmark(client, load["requests"], load["concurrency"], load["max_tokens"], p["rounds"],
-                                  p["warmup"], p["timeout"])
+                                  p["warmup"], p["timeout"], p["budget"])
     except _bench.BenchError as exc:
         module.fail_json(msg=str(exc))
     if not result["ok"]:

@@ -20,7 +20,7 @@ from test_sglang_service_rotation import find
 
 TASKS = REPO / "roles" / "sglang_service" / "tasks"
 KEY = "perf-key-31b9"
-LOAD = {"requests": 4, "concurrency": 2, "max_tokens": 16, "rounds": 2, "warmup": True, "timeout": 30}
+LOAD = {"requests": 4, "concurrency": 2, "max_tokens": 16, "rounds": 2, "warmup": True, "timeout": 30, "budget": 30}
 ROLE_VARS = yaml.safe_load((REPO / "roles" / "sglang_service" / "vars" / "main.yml").read_text())
 
 
@@ -114,7 +114,7 @@ def test_a_variant_slower_than_the_known_good_fails_the_switch_with_the_comparis
     failure = facts["failure"]
     assert (failure["phase"], failure["failure"], failure["cause"]) == ("performance", "slower_than_known_good",
                                                                          "output_tokens_per_s")
-    assert facts["perf"]["comparison"]["checks"][0]["ratio"] < 0.2
+    assert facts["perf"]["comparison"]["checks"][0]["ratio"] < 0.5  # about 0.1; a shared machine moves it
 
 
 def test_report_mode_and_a_variants_own_threshold(sim, tmp_path):

@@ -87,7 +87,7 @@ def fixture_sim(launch):
     return server
 
 
-LOAD = {"requests": 4, "concurrency": 2, "max_tokens": 16, "rounds": 2, "warmup": True, "timeout": 30}
+LOAD = {"requests": 4, "concurrency": 2, "max_tokens": 16, "rounds": 2, "warmup": True, "timeout": 30, "budget": 30}
 
 
 def run(tmp_path, sim, out_hook: dict, in_hook: dict, switch_ok: bool = True, perf: str = "off") -> tuple[int, str, dict]:
@@ -161,7 +161,8 @@ def test_out_of_rotation_then_drained_then_back_in(tmp_path, sim, balancer):
     known = facts["known_good"]
     assert known["source"] == "measured" and known["variant"] == "nextn" and known["error"] is None, known
     assert known["figures"]["output_tokens_per_s"] > 0 and known["figures"]["accept_length"] == 2.71
-    assert known["load"] == {k: LOAD[k] for k in ("requests", "concurrency", "max_tokens", "rounds", "warmup")}
+    assert known["load"] == dict({k: LOAD[k] for k in ("requests", "concurrency", "max_tokens", "rounds", "warmup", "budget")},
+                                 rounds_measured=2)
     thread.join(30)
 
 

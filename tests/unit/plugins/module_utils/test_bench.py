@@ -115,7 +115,8 @@ def test_the_module_measures_and_compares(launch, capsys, tmp_path):
             "context_length": 128, "rounds": 1}
     rc, result, _out = run_module(sglang_bench.main, capsys, args)
     assert rc == 0 and result["passed"] is True, result
-    assert result["load"] == {"requests": 4, "concurrency": 2, "max_tokens": 32, "rounds": 1, "warmup": True}
+    assert result["load"] == {"requests": 4, "concurrency": 2, "max_tokens": 32, "rounds": 1, "warmup": True,
+                              "budget": None, "rounds_measured": 1}
     assert "bench-key" not in json.dumps(result)
     # the same server against figures ten times as fast (a margin no noise of a shared machine closes): a regression, named
     faster = dict(result["figures"], output_tokens_per_s=10 * result["figures"]["output_tokens_per_s"])
@@ -130,7 +131,7 @@ def test_the_module_measures_and_compares(launch, capsys, tmp_path):
 
 def test_the_load_is_the_variants_with_the_operators_override():
     assert _bench.plan_load(16, 131072) == {"concurrency": 8, "requests": 16, "max_tokens": 128, "rounds": 3,
-                                            "warmup": True, "timeout": 60}
+                                            "warmup": True, "timeout": 60, "budget": 30}
     # an overridden concurrency brings its requests along, unless they are given too
     assert _bench.plan_load(16, 131072, {"concurrency": 2})["requests"] == 4
     assert _bench.plan_load(16, 131072, {"concurrency": 2, "requests": 9})["requests"] == 9
@@ -228,3 +229,32 @@ def test_a_gate_with_nothing_to_compare_says_its_figures_are_the_next_baseline()
     rec = _bench.gate_record("enforce", None, dict(failed_known, figures={"output_tokens_per_s": 1.0}))
     assert rec["measured_ok"] is False and rec["known_good"]["figures"] == {"output_tokens_per_s": 1.0}
     assert rec["msg"] == "not measured: the variant did not get to the performance gate"
+
+
+class SlowRounds:
+    """A client whose every generation takes ``seconds`` (a fake: the budget's arithmetic only)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def stream(self, _path, _body, _timeout):
+        import time
+
+        from ansible_collections.inferops.sglang.plugins.module_utils._http import Response
+
+        started = time.monotonic()
+        time.sleep(self.seconds)
+        return Response(200, None), [(started + self.seconds / 2, b'{"meta_info": {"completion_tokens": 1}}'),
+                                     (time.monotonic(), b'{"meta_info": {"completion_tokens": 4}}')]
+
+
+def test_a_budget_stops_starting_rounds_but_measures_one():
+    # rounds of 0.2 s, a budget of 0.5 s: the warmup (0.2) and round 1 (0.2) leave no room for round 2
+    result = _bench.benchmark(SlowRounds(0.2), requests=1, concurrency=1, max_tokens=4, rounds=5, budget=0.5)
+    assert result["ok"] and result["load"]["rounds_measured"] == 1 and len(result["rounds"]) == 1
+    assert result["load"]["budget"] == 0.5 and result["load"]["rounds"] == 5
+    # a budget smaller than one round still measures one
+    result = _bench.benchmark(SlowRounds(0.2), requests=1, concurrency=1, max_tokens=4, rounds=3, budget=0.01)
+    assert result["load"]["rounds_measured"] == 1
+    # no budget: every round
+    assert _bench.benchmark(SlowRounds(0.05), 1, 1, 4, rounds=3)["load"]["rounds_measured"] == 3
