@@ -313,7 +313,8 @@ def perf_cell(rec: dict) -> str:
     if not perf:
         return "-"
     if not perf.get("measured_ok"):
-        return "not measured"
+        # a measurement that ran and failed took time; a variant that never got to the gate did not
+        return "failed under load" if perf.get("seconds") is not None else "-"
     checks = (perf.get("comparison") or {}).get("checks") or []
     speed = next((c for c in checks if c.get("figure") == "output_tokens_per_s"), None)
     failed = [c["figure"] for c in checks if not c.get("ok")]

@@ -264,6 +264,16 @@ def test_the_record_and_the_summary_carry_the_performance_gate():
                                 performance={"mode": "enforce", "result": slow, "known_good": None}))
     assert _deploy.summary_row(rec) == ("rolled back", "nextn", "slower_than_known_good",
                                         "0.5x tok/s, output_tokens_per_s regressed", "output_tokens_per_s")
+    # a variant that failed under the load, and one that never got to the gate (its readiness gate failed)
+    failed = {"passed": False, "figures": None, "rounds": [], "seconds": 3.5, "msg": "round 1 failed: 2 of 4 requests"}
+    rec = _deploy.record(fields("rolled_back", rollback={"variant": "nextn", "ready": True, "msg": "ok"},
+                                performance={"mode": "enforce", "result": failed, "known_good": None}))
+    assert _deploy.summary_row(rec)[3] == "failed under load"
+    assert rec["performance"]["msg"] == "not measured: round 1 failed: 2 of 4 requests"
+    rec = _deploy.record(fields("rolled_back", rollback={"variant": "nextn", "ready": True, "msg": "ok"},
+                                performance={"mode": "enforce", "result": None,
+                                             "known_good": {"variant": "nextn", "source": "measured", "figures": {"x": 1}}}))
+    assert _deploy.summary_row(rec)[3] == "-" and rec["performance"]["known_good"]["figures"] == {"x": 1}
     # off, or an unchanged host: nothing measured, nothing said
     for perf in ({"mode": "off", "result": PERF_RESULT}, {"mode": "enforce", "result": None}, None):
         rec = _deploy.record(fields("switched", performance=perf))
