@@ -5,8 +5,10 @@ a handle on a simulator process and the field story's command lines
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -96,3 +98,18 @@ SHADOW = [*DDTREE, "--context-length", "131072", "--max-running-requests", "16",
 SMALL = [*SHADOW_SMALL, "--mem-fraction-static", "0.95"]
 NOGRAPH = [*SMALL, "--disable-cuda-graph"]
 BALANCED = [*SHADOW_SMALL, "--mem-fraction-static", "0.85", "--disable-cuda-graph"]
+
+
+def run_local_play(tmp_path: Path, play: list) -> tuple[int, str]:
+    """ansible-playbook of ``play`` on localhost (local connection, this interpreter, the collection
+    from the tree): its exit status and its output, stdout then stderr."""
+    import yaml  # pylint: disable=import-outside-toplevel
+
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
+    (tmp_path / "ansible.cfg").write_text("[defaults]\nretry_files_enabled = False\n")
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(REPO / "collections"), ANSIBLE_PYTHON_INTERPRETER=sys.executable,
+               ANSIBLE_NOCOLOR="1", ANSIBLE_CONFIG=str(tmp_path / "ansible.cfg"), ANSIBLE_LOCALHOST_WARNING="0")
+    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,", "-c",
+                           "local", "play.yml"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+                          check=False)
+    return proc.returncode, proc.stdout + proc.stderr

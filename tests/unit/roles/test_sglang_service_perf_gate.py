@@ -15,7 +15,7 @@ import sys
 
 import pytest
 import yaml
-from sim_helpers import MODEL, NEXTN, REPO
+from sim_helpers import MODEL, NEXTN, REPO, run_local_play
 from test_sglang_service_rotation import find
 
 TASKS = REPO / "roles" / "sglang_service" / "tasks"
@@ -86,16 +86,9 @@ def run(sim, tmp_path, mode: str, baseline: dict | None, thresholds: dict | None
             "content": "{{ {'perf': __sglang_service_perf, 'failure': _sglang_service_perf_failure,"
                        " 'mode': _sglang_service_perf_mode} | to_json }}"}}]}],
     }]
-    (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
-    (tmp_path / "ansible.cfg").write_text("[defaults]\nretry_files_enabled = False\n")
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(REPO / "collections"), ANSIBLE_PYTHON_INTERPRETER=sys.executable,
-               ANSIBLE_NOCOLOR="1", ANSIBLE_CONFIG=str(tmp_path / "ansible.cfg"), ANSIBLE_LOCALHOST_WARNING="0")
-    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,", "-c",
-                           "local", "play.yml"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
-                          check=False)
-    output = proc.stdout + proc.stderr
+    rc, output = run_local_play(tmp_path, play)
     assert KEY not in output
-    return proc.returncode, " ".join(output.split()), json.loads(facts.read_text())
+    return rc, " ".join(output.split()), json.loads(facts.read_text())
 
 
 def figures(sim, tmp_path) -> dict:

@@ -8,16 +8,13 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import subprocess
-import sys
 import threading
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import yaml
-from sim_helpers import MODEL, NEXTN, REPO
+from sim_helpers import MODEL, NEXTN, REPO, run_local_play
 
 TASKS = REPO / "roles" / "sglang_service" / "tasks"
 KEY = "rotation-key-77a0"
@@ -120,16 +117,9 @@ def run(tmp_path, sim, out_hook: dict, in_hook: dict, switch_ok: bool = True, pe
             find(switch, "The host is back in rotation"),
         ],
     }]
-    (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
-    (tmp_path / "ansible.cfg").write_text("[defaults]\nretry_files_enabled = False\n")
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(REPO / "collections"), ANSIBLE_PYTHON_INTERPRETER=sys.executable,
-               ANSIBLE_NOCOLOR="1", ANSIBLE_CONFIG=str(tmp_path / "ansible.cfg"), ANSIBLE_LOCALHOST_WARNING="0")
-    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,", "-c",
-                           "local", "play.yml"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
-                          check=False)
-    output = proc.stdout + proc.stderr
+    rc, output = run_local_play(tmp_path, play)
     assert KEY not in output and TOKEN not in output
-    return proc.returncode, output, json.loads(facts.read_text()) if facts.exists() else {}
+    return rc, output, json.loads(facts.read_text()) if facts.exists() else {}
 
 
 def in_flight(sim, tokens: int) -> threading.Thread:
