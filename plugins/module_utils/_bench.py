@@ -46,6 +46,10 @@ PROMPTS = (
 FIGURES = ("output_tokens_per_s", "ttft_p50", "ttft_p95", "tpot_p50", "itl_p50", "accept_length")
 # Per figure: which way is better, and the default limit on new / known-good.
 THRESHOLDS = {"output_tokens_per_s": ("min", 0.90), "ttft_p95": ("max", 1.20), "accept_length": ("min", 0.90)}
+# Seconds by which a latency may grow whatever its ratio: the p95 of a short load's first
+# tokens is nearly its slowest request, which one scheduling hiccup of a busy host moves by
+# tens of milliseconds (measured on the lab: 0.114 s -> 0.157 s for the same server speed).
+SLACK = {"ttft_p95": 0.05}
 
 
 class BenchError(Exception):
@@ -232,9 +236,10 @@ def compare(figures: dict, baseline: dict | None, thresholds: dict | None = None
         if new is None or old is None or old <= 0:
             continue
         ratio = round(new / old, 3)
-        ok = ratio >= limits[name] if way == "min" else ratio <= limits[name]
+        ok = ratio >= limits[name] if way == "min" else (ratio <= limits[name] or new - old <= SLACK.get(name, 0))
         checks.append({"figure": name, "new": new, "known_good": old, "ratio": ratio,
-                       "limit": f"{'>=' if way == 'min' else '<='} {limits[name]:g}x", "ok": ok})
+                       "limit": f"{'>=' if way == 'min' else '<='} {limits[name]:g}x"
+                                + (f" or +{SLACK[name]:g} s" if name in SLACK else ""), "ok": ok})
     failed = [c for c in checks if not c["ok"]]
     text = "; ".join(f"{c['figure']} {c['new']} vs {c['known_good']} ({c['ratio']:g}x, limit {c['limit']})"
                      for c in (failed or checks))

@@ -43,4 +43,5 @@ def test_ct200s_balanced_variant_is_faster_than_nextn_and_nextn_without_graphs_s
     assert faster["passed"], faster["msg"]
     assert balanced["output_tokens_per_s"] > 1.05 * nextn["output_tokens_per_s"], faster["msg"]
     assert balanced["accept_length"] == 5.41 and nextn["accept_length"] == 2.71
-    assert not slower["passed"] and [c["figure"] for c in slower["checks"] if not c["ok"]] == ["output_tokens_per_s"], slower
+    assert not slower["passed"] and "output_tokens_per_s" in [c["figure"] for c in slower["checks"] if not c["ok"]], slower
+    assert eager["output_tokens_per_s"] < 0.75 * nextn["output_tokens_per_s"], slower["msg"]

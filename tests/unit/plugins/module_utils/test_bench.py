@@ -62,13 +62,20 @@ def test_a_variant_as_fast_as_the_known_good_passes():
 
 @pytest.mark.parametrize("change, figure", [
     ({"output_tokens_per_s": 890.0}, "output_tokens_per_s"),   # 0.89x < 0.90x
-    ({"ttft_p95": 0.25}, "ttft_p95"),                          # 1.25x > 1.20x
+    ({"ttft_p95": 0.26}, "ttft_p95"),                          # 1.30x > 1.20x, and 60 ms more
     ({"accept_length": 1.0}, "accept_length"),                 # accept length fell to 1.0
 ])
 def test_a_regression_fails_with_the_figure_named(change, figure):
     result = _bench.compare(dict(BASE, **change), BASE)
     assert not result["passed"] and [c["figure"] for c in result["checks"] if not c["ok"]] == [figure]
     assert result["msg"].startswith(f"slower than the known-good service: {figure} ")
+
+
+def test_a_first_token_a_few_tens_of_ms_later_is_noise_not_a_regression():
+    # 3x, but 40 ms: within the slack a busy host's scheduling gives a short load's slowest request
+    result = _bench.compare(dict(BASE, ttft_p95=0.06), dict(BASE, ttft_p95=0.02))
+    assert result["passed"] and result["checks"][1]["limit"] == "<= 1.2x or +0.05 s"
+    assert not _bench.compare(dict(BASE, ttft_p95=0.071), dict(BASE, ttft_p95=0.02))["passed"]
 
 
 def test_thresholds_are_per_variant_and_checked():
