@@ -92,9 +92,11 @@ def run(sim, tmp_path, mode: str, baseline: dict | None, thresholds: dict | None
 
 
 def figures(sim, tmp_path) -> dict:
+    """This server's figures, with a first-token latency no measurement here can regress from (the
+    tests compare tokens/s; a busy machine moves a short load's TTFT p95)."""
     rc, output, facts = run(sim, tmp_path, "enforce", None)
     assert rc == 0, output[-3000:]
-    return facts["perf"]["figures"]
+    return dict(facts["perf"]["figures"], ttft_p95=100.0)
 
 
 def test_a_variant_slower_than_the_known_good_fails_the_switch_with_the_comparison(sim, tmp_path):
