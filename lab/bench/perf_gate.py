@@ -62,8 +62,8 @@ def real_server(args: tuple[str, ...], log: Path):
     server = RealServer(paths(), "0.5.11", log, args=args)
     try:
         wait_healthy(server.url, server.proc, log)
-    except RuntimeError:
-        server.stop()
+    except BaseException:
+        server.stop()  # whatever ended the wait (an error of ours too), no server is left behind
         raise
     return server.url, server.stop
 
