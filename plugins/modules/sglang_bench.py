@@ -63,7 +63,7 @@ options:
   budget:
     description:
       - Seconds the measurement may take; a round that would end past it (judged by the round before) is not started.
-        At least one round is measured; RV(load.rounds_measured) says how many were. Unset, every round runs.
+        At least one round is measured; the C(rounds_measured) of RV(load) says how many were. Unset, every round runs.
     type: float
   baseline:
     description: The known-good service's figures (RV(figures) of an earlier run).
