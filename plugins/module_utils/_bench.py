@@ -283,17 +283,22 @@ def check_load(load: object, what: str = "load") -> list[str]:
     return errors
 
 
-def plan_load(max_running_requests: int | None, context_length: int | None, override: dict | None = None) -> dict:
-    """This run's load: the variant's defaults, the operator's override laid over them
-    (requests follow an overridden concurrency unless given too)."""
-    errors = check_load(override or {})
-    if errors:
-        raise BenchError("; ".join(errors))
+def compose_load(max_running_requests: int | None, context_length: int | None, override: dict | None = None) -> dict:
+    """The variant's default load with ``override`` laid over it, unchecked: requests follow an
+    overridden concurrency unless given too."""
     load = dict(defaults(max_running_requests, context_length), rounds=3, warmup=True, timeout=60, budget=BUDGET)
     load.update(override or {})
     if "requests" not in (override or {}):
         load["requests"] = 2 * load["concurrency"]
     return load
+
+
+def plan_load(max_running_requests: int | None, context_length: int | None, override: dict | None = None) -> dict:
+    """This run's load: the operator's override checked (check_load), then composed (compose_load)."""
+    errors = check_load(override or {})
+    if errors:
+        raise BenchError("; ".join(errors))
+    return compose_load(max_running_requests, context_length, override)
 
 
 def same_load(one: dict | None, other: dict | None) -> bool:
@@ -304,7 +309,7 @@ def _measurements(rec: dict):
     """The measurements of a serving service a history record holds: the switched variant's
     (its own argv) and the known-good's measured before its stop."""
     perf = rec.get("performance") or {}
-    if rec.get("outcome") == "switched" and perf.get("figures") and perf.get("measured_ok"):
+    if rec.get("outcome") == "switched" and perf.get("measured_ok"):
         yield {"variant": rec.get("variant"), "time": rec.get("time"), "figures": perf["figures"],
                "load": perf.get("load"), **{k: rec.get(k) for k in SERVICE_KEYS}}
     known = perf.get("known_good") or {}
@@ -338,17 +343,15 @@ def gate_record(mode: str, result: dict | None, known: dict | None, why_report: 
     result = result or {"msg": "the variant did not get to the performance gate"}
     measured_ok = bool(result.get("figures"))
     comparison = result.get("comparison") or {}
-    known = dict(known) if known else None
-    if known is not None:
-        known = {k: known.get(k) for k in ("variant", "source", "time", "figures", "load", "seconds", "error",
-                                           *SERVICE_KEYS)}
+    known = {k: known.get(k) for k in ("variant", "source", "time", "figures", "load", "seconds", "error",
+                                       *SERVICE_KEYS)} if known else None
     if not measured_ok:
         msg = f"not measured: {result.get('msg', 'no result')}"
     elif not comparison.get("checks"):
         why = (known or {}).get("error") or "no known-good figures under this load"
         msg = f"{result.get('msg')}; not compared ({why}): these figures are the next switch's baseline"
     else:
-        msg = f"{result.get('msg')}"
+        msg = result.get("msg")
     if why_report:
         msg += f" (reported only: {why_report})"
     return {"mode": mode, "enforced": mode == "enforce", "measured_ok": measured_ok,

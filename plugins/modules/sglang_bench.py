@@ -146,12 +146,10 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
-    load = _bench.defaults(p["max_running_requests"], p["context_length"])
-    for name in ("requests", "concurrency", "max_tokens"):
-        if p[name] is not None:
-            load[name] = p[name]
-    if p["requests"] is None:
-        load["requests"] = 2 * load["concurrency"]
+    # the module's own defaults (rounds 3, warmup, 60 s, no budget) over the variant's load; an unset
+    # requests, concurrency or max_tokens is the variant's
+    load = _bench.compose_load(p["max_running_requests"], p["context_length"],
+                               {k: p[k] for k in _bench.LOAD_SETTINGS if p[k] is not None or k == "budget"})
     errors = _bench.check_thresholds(p["thresholds"])
     if errors:
         module.fail_json(msg="; ".join(errors))
@@ -162,8 +160,8 @@ def main() -> None:
     if module.check_mode:
         module.exit_json(changed=False, passed=True, msg=f"check mode: would measure {load}")
     try:
-        result = _bench.benchmark(client, load["requests"], load["concurrency"], load["max_tokens"], p["rounds"],
-                                  p["warmup"], p["timeout"], p["budget"])
+        result = _bench.benchmark(client, load["requests"], load["concurrency"], load["max_tokens"], load["rounds"],
+                                  load["warmup"], load["timeout"], load["budget"])
     except _bench.BenchError as exc:
         module.fail_json(msg=str(exc))
     if not result["ok"]:
