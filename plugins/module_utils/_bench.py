@@ -349,7 +349,8 @@ def gate_record(mode: str, result: dict | None, known: dict | None, why_report: 
         msg = f"not measured: {result.get('msg', 'no result')}"
     elif not comparison.get("checks"):
         why = (known or {}).get("error") or "no known-good figures under this load"
-        msg = f"{result.get('msg')}; not compared ({why}): these figures are the next switch's baseline"
+        # the figures alone: the measurement's own msg already says it had nothing to compare with
+        msg = f"{_describe(result['figures'])}; not compared ({why}): these figures are the next switch's baseline"
     else:
         msg = result.get("msg")
     if why_report:

@@ -150,7 +150,7 @@ summary:
   returned: step is record
   type: str
 load:
-  description: O(step=figures). The load the performance gate sends (requests, concurrency, max_tokens, rounds, warmup, timeout).
+  description: O(step=figures). The load the performance gate sends (requests, concurrency, max_tokens, rounds, warmup, timeout, budget).
   returned: step is figures
   type: dict
 known_good:

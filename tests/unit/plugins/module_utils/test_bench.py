@@ -132,6 +132,18 @@ def test_the_module_measures_and_compares(launch, capsys, tmp_path):
     assert "slower than the known-good service: output_tokens_per_s" in result["msg"]
     rc, result, _out = run_module(sglang_bench.main, capsys, dict(args, thresholds={"itl": 2}))
     assert rc == 1 and result["msg"].startswith("thresholds: unknown figure itl")
+    # the deploy's form: the whole load in one dict (sglang_deploy_state step=figures), the deploy's defaults under it
+    whole = {"url": args["url"], "api_key_file": str(config), "load": {"concurrency": 2, "max_tokens": 8, "rounds": 1}}
+    rc, result, _out = run_module(sglang_bench.main, capsys, whole)
+    assert rc == 0 and result["passed"] is True, result
+    assert result["load"] == {"requests": 4, "concurrency": 2, "max_tokens": 8, "rounds": 1, "warmup": True,
+                              "budget": 30, "rounds_measured": 1}
+    rc, result, _out = run_module(sglang_bench.main, capsys, dict(whole, load={"rounds": 0, "fast": True}))
+    assert rc == 1 and result["msg"] == ("load.rounds must be an integer in [1, 4096], got 0; "
+                                         "load: unknown setting fast (known: requests, concurrency, max_tokens, rounds, "
+                                         "warmup, timeout, budget)"), result
+    rc, result, _out = run_module(sglang_bench.main, capsys, dict(whole, rounds=2))
+    assert rc == 1 and "mutually exclusive: load|rounds" in result["msg"], result
 
 
 # -- the deploy's performance gate: the load, the known-good figures in the history, the record
@@ -225,11 +237,16 @@ def test_the_gate_record_keeps_mode_figures_comparison_and_the_known_goods_origi
 
 
 def test_a_gate_with_nothing_to_compare_says_its_figures_are_the_next_baseline():
-    result = {"passed": True, "figures": {"output_tokens_per_s": 9.0}, "load": LOAD, "seconds": 2.0,
-              "comparison": {"passed": True, "checks": [], "msg": "no known-good figures to compare with"}, "msg": "9.0 output tokens/s"}
+    figures = {"output_tokens_per_s": 9.0, "ttft_p50": 0.1, "ttft_p95": 0.2, "tpot_p50": 0.01, "itl_p50": 0.01,
+               "accept_length": None}
+    result = {"passed": True, "figures": figures, "load": LOAD, "seconds": 2.0,
+              "comparison": {"passed": True, "checks": [], "msg": "no known-good figures to compare with"},
+              "msg": "9.0 output tokens/s, TTFT p50 100 ms p95 200 ms, TPOT p50 10 ms, ITL p50 10 ms; "
+                     "no known-good figures to compare with"}
     rec = _bench.gate_record("enforce", result, None)
-    assert rec["msg"] == ("9.0 output tokens/s; not compared (no known-good figures under this load): "
-                          "these figures are the next switch's baseline")
+    # said once: why there was nothing to compare with, and what the figures are for
+    assert rec["msg"] == ("9.0 output tokens/s, TTFT p50 100 ms p95 200 ms, TPOT p50 10 ms, ITL p50 10 ms; not compared "
+                          "(no known-good figures under this load): these figures are the next switch's baseline")
     failed_known = {"variant": "nextn", "source": "measured", "figures": None, "error": "round 1 failed: 2 of 16 requests"}
     assert "not compared (round 1 failed: 2 of 16 requests)" in _bench.gate_record("enforce", result, failed_known)["msg"]
     # the variant never got to the gate (it failed its readiness gate): the known-good's measurement is still kept
