@@ -196,8 +196,9 @@ def _failed(result: dict, started: float, which: str) -> dict:
 
 
 def _describe(figures: dict) -> str:
-    parts = [f"{figures['output_tokens_per_s']} output tokens/s", f"TTFT p50 {_ms(figures['ttft_p50'])} p95 {_ms(figures['ttft_p95'])}",
-             f"TPOT p50 {_ms(figures['tpot_p50'])}", f"ITL p50 {_ms(figures['itl_p50'])}"]
+    parts = [f"{figures.get('output_tokens_per_s')} output tokens/s",
+             f"TTFT p50 {_ms(figures.get('ttft_p50'))} p95 {_ms(figures.get('ttft_p95'))}",
+             f"TPOT p50 {_ms(figures.get('tpot_p50'))}", f"ITL p50 {_ms(figures.get('itl_p50'))}"]
     if figures.get("accept_length") is not None:
         parts.append(f"accept length {figures['accept_length']}")
     return ", ".join(parts)
