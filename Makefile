@@ -87,10 +87,11 @@ bench-fleet: setup
 ## molecule scenarios. The first four parts run two at a time (each is one
 ## process; this machine has two cores), lint and sanity niced so that the unit
 ## tests' real processes keep a core; make prints each part's output whole when
-## it ends. Then conformance and molecule, one after the other.
+## it ends. Then the molecule lanes, the conformance tests first in the second
+## lane (beside the deploy scenario: two streams of work at a time, not three).
 test: setup
 	$(MAKE) --no-print-directory -j2 --output-sync=target real lint sanity units NICE="nice -n 10"
-	$(MAKE) --no-print-directory conformance molecule
+	$(MAKE) --no-print-directory molecule MOLECULE_LANES="deploy,lab,real make:conformance,provision,fleet"
 
 lint: $(VENV)/.stamp
 	$(NICE) ansible-lint

@@ -5,13 +5,15 @@
 # lane; lanes share no host name. Each lane's output goes to
 # .cache/molecule/<lane>.log and is printed whole when the lane ends, with
 # the time each scenario took (also printed as each scenario ends). A scenario in no lane, or in two, is an error:
-# none is left out unseen.
+# none is left out unseen. A lane's item make:TARGET runs `make TARGET` there
+# instead (make test runs the conformance tests in the lane beside deploy's).
 #
 #   .ci/molecule-lanes.sh deploy,lab,real provision,fleet
+#   .ci/molecule-lanes.sh deploy,lab,real make:conformance,provision,fleet
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mapfile -t all < <(for f in molecule/*/molecule.yml; do basename "$(dirname "$f")"; done | sort)
-mapfile -t given < <(printf '%s\n' "$@" | tr ',' '\n' | grep -v '^$' | sort)
+mapfile -t given < <(printf '%s\n' "$@" | tr ',' '\n' | grep -v -e '^$' -e '^make:' | sort)
 if [[ "${all[*]}" != "${given[*]}" ]]; then
   echo "molecule lanes: the lanes name [${given[*]}], the scenarios are [${all[*]}]: each scenario in exactly one lane" >&2
   exit 2
@@ -24,7 +26,11 @@ for lane in "$@"; do
   (
     for scenario in ${lane//,/ }; do
       start=$SECONDS
-      molecule test -s "$scenario"
+      if [[ $scenario == make:* ]]; then
+        make --no-print-directory "${scenario#make:}"
+      else
+        molecule test -s "$scenario"
+      fi
       rc=$?
       # to the lane's log and, as it happens, to the script's output (>&3 writes to it; tee /dev/fd/3
       # would reopen a file there with O_TRUNC and empty it)
