@@ -33,7 +33,7 @@ import socket
 import struct
 import time
 
-from ansible.module_utils.six.moves.urllib.parse import urlsplit
+from urllib.parse import urlsplit
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _sglang_log as sglog
 from ansible_collections.inferops.sglang.plugins.module_utils._http import Client, Response

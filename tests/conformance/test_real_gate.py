@@ -27,6 +27,7 @@ from ansible_collections.inferops.sglang.plugins.module_utils import _bench
 from ansible_collections.inferops.sglang.plugins.module_utils import _drain
 from ansible_collections.inferops.sglang.plugins.module_utils import _http
 from ansible_collections.inferops.sglang.plugins.module_utils import _readiness as r
+from ansible_collections.inferops.sglang.plugins.module_utils import _watchdog
 
 KEY = "conformance-key-4b1e9c"
 INTERVAL = 0.5
@@ -286,6 +287,60 @@ def test_a_second_server_on_a_taken_port_is_not_ready(shared, servers):
     assert rc == 3, text[-3000:]
     assert shared.proc.poll() is None
     note("port taken", verdict=verdict, b_exit_after=time.monotonic() - started, b_rc=rc)
+
+
+# -- 7. a wedged server, after ready: the watchdog's probe ------------------------------
+
+def test_a_real_server_whose_scheduler_is_stopped_fails_the_watchdog_probe(shared):
+    """A server that stays alive and stops serving: the real scheduler stopped (SIGSTOP), as one
+    stuck in a collective is. Real 0.5.11 still answers /v1/models (the tokenizer manager runs in
+    the main process), /health answers 503 after its 20 s one-token check (0.5.11
+    srt/entrypoints/http_server.py, HEALTH_CHECK_TIMEOUT), a generation never returns: the
+    watchdog's probe (the gate's checks, no settle) fails within its timeout, and after
+    ``failures`` such probes the watchdog decides to restart. The simulator's wedge (SIGUSR2)
+    claims the same three answers; this is where they were checked. Once the scheduler runs
+    again the probe passes: nothing was broken but the stop."""
+    settings = _watchdog.load_settings({"unit": "sglang-qwen.service", "url": shared.url, "service_dir": "/nonexistent",
+                                        "timeout": 30, "failures": 2})
+    client = r.Client(shared.url, KEY, True, 30)
+
+    def probe() -> tuple[dict, float]:
+        started = time.monotonic()
+        verdict = _watchdog.probe(settings, client, r.PidWatcher(shared.proc.pid, str(shared.log_path)))
+        return verdict, time.monotonic() - started
+
+    first, _ = probe()
+    assert first["ready"] is True, first["msg"]
+    assert first["generation"]["completion_tokens"] > 0
+    state, event = _watchdog.decide(settings, _watchdog.fresh_state("run-1"), first, 3600.0, time.time())
+    assert event == "ok" and state["served"] is True
+    scheduler = scheduler_of(shared)
+    os.kill(scheduler, signal.SIGSTOP)
+    try:
+        models = client.call("GET", "/v1/models", timeout=10)
+        assert models.status == 200, models.describe()
+        started = time.monotonic()
+        health = client.call("GET", "/health", timeout=40)
+        health_after = time.monotonic() - started
+        assert health.status == 503 and 15 < health_after < 35, (health.describe(), health_after)
+        wedged, took = probe()
+        assert wedged["ready"] is False
+        assert wedged["failure"] in ("not_ready", "generation_timeout"), wedged["msg"]
+        assert wedged["phase"] in ("health", "generation"), wedged["phase"]
+        assert took < settings["timeout"] + 10, took
+        state, event = _watchdog.decide(settings, state, wedged, 3600.0, time.time())
+        assert (event, state["failures"]) == ("failed", 1)
+        state, event = _watchdog.decide(settings, state, wedged, 3600.0, time.time())
+        assert (event, state["failures"]) == ("restart", 2)
+    finally:
+        os.kill(scheduler, signal.SIGCONT)
+    deadline = time.monotonic() + 120
+    again, _ = probe()
+    while not again["ready"] and time.monotonic() < deadline:
+        again, _ = probe()
+    assert again["ready"] is True, again["msg"]
+    note("wedged (scheduler stopped)", health_503_after=health_after, probe_failed_after=took,
+         probe_failure=wedged["failure"])
 
 
 # -- 3. a killed scheduler child, after ready ---------------------------------------

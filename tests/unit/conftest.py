@@ -111,13 +111,15 @@ def fake_nvidia_smi(tmp_path, monkeypatch):
 
 @pytest.fixture
 def launch(sim_install, hardware, host_libraries, tmp_path):
-    """launch(args, version=, ddtree=, host=, gpus=, hw=) -> Server (a real process)."""
+    """launch(args, version=, ddtree=, host=, gpus=, hw=, env_extra=) -> Server (a real process)."""
     servers: list[Server] = []
 
     def start(args: list[str], version: str = "0.5.11", ddtree: bool = False, host: str = "ct129",
-              gpus: str | None = "0,2", hw: dict | None = None, port: int | None = None) -> Server:
+              gpus: str | None = "0,2", hw: dict | None = None, port: int | None = None,
+              env_extra: dict | None = None) -> Server:
         site = sim_install(version, ddtree)
         env = hardware(host, **(hw or {}))
+        env.update(env_extra or {})
         env["PYTHONPATH"] = str(site)
         if ddtree:
             env["LD_LIBRARY_PATH"] = str(host_libraries(host))

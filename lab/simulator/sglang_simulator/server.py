@@ -12,7 +12,12 @@ through SGLang's "sigquit from a child" path (systemd sees ``Result: signal``);
 a CUDA library that the build loads lazily and the host lacks kills the process
 on the first client request, after /health passed. What only the simulator can
 do on demand is a real hang (SGLANG_SIMULATOR_HANG=distributed|weights|cuda_graph):
-the stage's first line, then silence, alive, never listening.
+the stage's first line, then silence, alive, never listening; and, on a server that
+serves, a wedge (SIGUSR2): the scheduler stops as real SGLang's does when it is stopped
+with SIGSTOP or stuck in a collective. The process stays alive and silent, /v1/models
+still answers (the tokenizer manager), every generation waits forever, and /health
+answers 503 after its 20 s one-token check (real 0.5.11 on CPU with its scheduler
+stopped: the same).
 """
 
 from __future__ import annotations
@@ -234,6 +239,7 @@ class Simulator:
         self.last_gen_throughput = 0.0
         self.graph_usage: dict[str, float] = {}  # GiB per memory phase, as the captures took it
         self.crashed = threading.Event()
+        self.wedged = threading.Event()  # SIGUSR2: the scheduler stops (see the module's docstring)
         self.lock = threading.Lock()
         self.client_requests = 0
         self.running = 0  # generations in flight (GET /v1/loads); the simulator queues none
@@ -783,6 +789,8 @@ class Simulator:
                 failure = open_build_kernels(algorithm)
                 if failure:
                     self.die(failure)
+        if self.wedged.is_set():
+            self.hang()  # a stopped scheduler: the request is queued and never answered
         digest = hashlib.sha256(prompt.encode("utf-8")).digest()
         count = max(1, int(max_new_tokens))
         words = [WORDS[(digest[i % len(digest)] + i) % len(WORDS)] for i in range(count)]
@@ -995,8 +1003,12 @@ def main(argv: list[str] | None = None, prog: str = "launch_server.py") -> None:
         sim.ledger.release()
         os._exit(0)
 
+    def wedge(_signum: int, _frame: object) -> None:
+        sim.wedged.set()  # logs nothing: a stopped scheduler has nothing to say
+
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGUSR2, wedge)
     try:
         sim.start()
     finally:

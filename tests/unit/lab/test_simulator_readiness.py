@@ -214,3 +214,41 @@ def test_hang_in_another_stage_does_not_hang_this_one(launch, monkeypatch):
     monkeypatch.setenv("SGLANG_SIMULATOR_HANG", "cuda_graph")
     server = launch([*MODEL, *NEXTN, "--disable-cuda-graph"], host="ct200", gpus="0,1")
     server.wait_for(lambda: server.status("/health") == 200, what="health without graphs")
+
+
+def test_a_wedged_simulator_answers_as_real_sglang_with_its_scheduler_stopped(launch):
+    """SIGUSR2 wedges the simulator's scheduler. Checked against real 0.5.11 on CPU with its
+    scheduler stopped (tests/conformance/test_real_gate.py, the watchdog case): /v1/models
+    still 200, /health 503 after its one-token check's limit (20 s real; 1 s here through
+    SGLANG_HEALTH_CHECK_TIMEOUT, the real variable), a generation never returns, nothing
+    logged, the process alive; the watchdog's probe fails with not_ready."""
+    import os
+    import urllib.error
+
+    from ansible_collections.inferops.sglang.plugins.module_utils import _readiness as r
+    from ansible_collections.inferops.sglang.plugins.module_utils import _watchdog as wd
+
+    server = launch([*MODEL, *NEXTN], version="0.5.11", host="ct200", gpus="0,1",
+                    env_extra={"SGLANG_HEALTH_CHECK_TIMEOUT": "1"})
+    server.wait_for(lambda: server.status("/health") == 200, what="health")
+    settings = wd.load_settings({"unit": "x.service", "url": f"http://127.0.0.1:{server.port}", "service_dir": "/x",
+                                 "timeout": 5})
+    client = r.Client(settings["url"], None, True, 5)
+    assert wd.probe(settings, client, r.PidWatcher(server.proc.pid, str(server.log)))["ready"] is True
+    before = server.output()
+    os.kill(server.proc.pid, signal.SIGUSR2)
+    assert server.status("/v1/models") == 200
+    started = time.monotonic()
+    assert server.status("/health") == 503
+    assert 0.9 < time.monotonic() - started < 5
+    with pytest.raises((TimeoutError, urllib.error.URLError)):
+        import urllib.request
+        req = urllib.request.Request(f"http://127.0.0.1:{server.port}/generate", method="POST",
+                                     data=b'{"text": "hi", "sampling_params": {"max_new_tokens": 2}}',
+                                     headers={"content-type": "application/json"})
+        urllib.request.urlopen(req, timeout=2).read()
+    verdict = wd.probe(settings, client, r.PidWatcher(server.proc.pid, str(server.log)))
+    assert verdict["ready"] is False and verdict["failure"] == "not_ready", verdict["msg"]
+    assert server.proc.poll() is None
+    new = server.output()[len(before):]
+    assert "Traceback" not in new and "SIGTERM" not in new

@@ -1,0 +1,355 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The watchdog: the readiness gate's own checks, on a timer, against a server that is up.
+
+systemd's ``Restart=on-failure`` sees a server that exits. It does not see one that stays
+alive and stops serving: a scheduler stuck in a collective or stopped, after which real
+SGLang still answers ``/v1/models`` while ``/health`` waits 20 s for a token and answers
+503 and a generation never returns (0.5.11 and 0.5.23 srt/entrypoints/http_server.py,
+the /health handler: HEALTH_CHECK_TIMEOUT). The role installs ``<service>-watchdog.timer``,
+which runs ``run_once`` every ``interval`` seconds as root:
+
+1. A deploy holds the host's deploy lock (its lease has not run out): quiet; nothing is
+   probed or counted (the deploy stops and starts the server, and gates it itself).
+2. The unit is not active (stopped, failed, restarting): nothing to judge; that is systemd's
+   and the deploy's business. A new run of the unit (another InvocationID: a deploy's switch,
+   systemd's own restart, a restart of ours) starts the count again.
+3. The probe is ``_readiness.Gate`` over the unit, as a deploy's gate runs it: the unit's
+   state, who listens on the port, /v1/models, /health, /ready, one real generation,
+   within ``timeout`` seconds, no settle.
+4. A run that has not served yet (since its start) and is younger than ``start_grace`` is
+   still starting: a failed probe is not counted.
+5. ``failures`` failed probes in a row: ``action`` restart takes the deploy lock (a deploy that
+   holds it wins: nothing is restarted), restarts the unit, and records it; a restart within
+   the backoff of the previous one (``backoff`` seconds, doubled after each restart that did
+   not bring the server back, at most ``backoff_max``) is held back and recorded once;
+   ``action`` report only records. A switch left interrupted (switch.json, a killed deploy)
+   is never restarted by the watchdog: the next deploy repairs it.
+
+Each action is one line of ``watchdog.jsonl`` in the service's state directory (beside
+the deploy history) and a journal line under the watchdog unit; the count survives between
+runs in ``watchdog.json``. No API key is written anywhere: it is read from the server's
+root-only ``--config`` file at each run and masked in every line printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+from ansible_collections.inferops.sglang.plugins.module_utils import _deploy_lock as lock
+from ansible_collections.inferops.sglang.plugins.module_utils import _readiness as readiness
+from ansible_collections.inferops.sglang.plugins.module_utils._http import Client
+
+ACTIONS = ("restart", "report")
+# The settings file's keys and their defaults (the role writes every one).
+DEFAULTS = {
+    "unit": None,
+    "url": None,
+    "service_dir": None,
+    "api_key_file": None,
+    "action": "restart",
+    "interval": 30,
+    "failures": 3,
+    "timeout": 30,
+    "start_grace": 900,
+    "backoff": 300,
+    "backoff_max": 3600,
+    "lease": 600,
+    "endpoint": "generate",
+    "prompt": "The capital city of France is",
+    "max_tokens": 8,
+}
+REQUIRED = ("unit", "url", "service_dir")
+RECORD_KEYS = ("time", "host", "unit", "event", "action", "failures", "invocation", "main_pid", "probe",
+               "restarts_in_a_row", "backoff_s", "msg")
+# journald reads a "<N>" prefix on a service's output as the line's priority (sd-daemon(3)).
+PRIORITY = {"debug": "<7>", "info": "<6>", "notice": "<5>", "warning": "<4>", "err": "<3>"}
+
+
+class WatchdogError(ValueError):
+    """Settings the watchdog cannot run with."""
+
+
+def load_settings(raw: object) -> dict:
+    """The settings file's content, checked; WatchdogError names every problem."""
+    if not isinstance(raw, dict):
+        raise WatchdogError("the settings are not a JSON object")
+    unknown = sorted(set(raw) - set(DEFAULTS))
+    settings = dict(DEFAULTS, **{k: v for k, v in raw.items() if k in DEFAULTS})
+    errors = [f"unknown setting {name}" for name in unknown]
+    errors += [f"{name} is required" for name in REQUIRED if not settings.get(name)]
+    if settings["action"] not in ACTIONS:
+        errors.append(f"action must be one of {', '.join(ACTIONS)}, not {settings['action']!r}")
+    if settings["endpoint"] not in readiness.ENDPOINTS:
+        errors.append(f"endpoint must be one of {', '.join(readiness.ENDPOINTS)}")
+    for name, low in (("interval", 1), ("failures", 1), ("timeout", 1), ("start_grace", 0), ("backoff", 0),
+                      ("backoff_max", 0), ("lease", 60), ("max_tokens", 1)):
+        value = settings[name]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < low:
+            errors.append(f"{name} must be a number >= {low}, not {value!r}")
+    if not errors and settings["backoff_max"] < settings["backoff"]:
+        errors.append("backoff_max must be >= backoff")
+    if errors:
+        raise WatchdogError("; ".join(errors))
+    return settings
+
+
+def fresh_state(invocation: str | None) -> dict:
+    return {"invocation": invocation, "failures": 0, "served": False, "reported": False,
+            "restarts_in_a_row": 0, "last_restart": None, "held_back": False}
+
+
+def backoff_for(settings: dict, restarts_in_a_row: int) -> float:
+    """Seconds a restart waits after the previous one: none before the first; ``backoff``
+    after one, doubled after each further restart that did not bring the server back."""
+    if restarts_in_a_row <= 0:
+        return 0.0
+    return float(min(settings["backoff_max"], settings["backoff"] * 2 ** (restarts_in_a_row - 1)))
+
+
+def decide(settings: dict, state: dict, probe: dict, age: float | None, now: float) -> tuple[dict, str]:
+    """After one probe of the same run of the unit: the new state and what to do
+    (ok, starting, failed, restart, held_back, report, reported)."""
+    state = dict(state)
+    if probe.get("ready"):
+        recovered = state["failures"] > 0 or state["restarts_in_a_row"] > 0
+        state.update(failures=0, served=True, reported=False, restarts_in_a_row=0, held_back=False)
+        return state, "recovered" if recovered else "ok"
+    if not state["served"] and age is not None and age < settings["start_grace"]:
+        return state, "starting"
+    state["failures"] += 1
+    if state["failures"] < settings["failures"]:
+        return state, "failed"
+    if settings["action"] == "report":
+        if state["reported"]:
+            return state, "failed"
+        state["reported"] = True
+        return state, "report"
+    wait = backoff_for(settings, state["restarts_in_a_row"])
+    if state["last_restart"] is not None and now - state["last_restart"] < wait:
+        if state["held_back"]:
+            return state, "failed"
+        state["held_back"] = True
+        return state, "held_back"
+    return state, "restart"
+
+
+def probe(settings: dict, client: Client, watcher, gate_class=readiness.Gate) -> dict:
+    """One probe: the deploy gate's checks (the process, who listens, /v1/models, /health,
+    /ready, one real generation) within ``timeout`` seconds, no settle; the gate's verdict."""
+    gate = gate_class(client, watcher, timeout=float(settings["timeout"]), interval=1.0,
+                      endpoint=settings["endpoint"], prompt=settings["prompt"],
+                      max_tokens=int(settings["max_tokens"]), generations=1, settle=0.0)
+    return gate.run()
+
+
+# -- the host ----------------------------------------------------------------------
+
+def run_command(argv: list[str]) -> tuple[int, str, str]:
+    """The gate's run_command on the host (module.run_command's shape)."""
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, errors="replace", check=False, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return 127, "", str(exc)
+    return done.returncode, done.stdout, done.stderr
+
+
+class ProbeWatcher(readiness.UnitWatcher):
+    """The gate's unit watcher, reading only the journal written since the probe began:
+    a server up for weeks has a long log, and the probe's cause is in its newest lines."""
+
+    def begin(self) -> readiness.Observation:
+        self.probe_epoch = time.time()
+        return super().begin()
+
+    def _journal(self, match: list[str], cursor: str | None, trusted=None) -> tuple[list[str], str | None]:
+        if cursor is None and self.start_mono is not None:
+            saved = self.start_mono
+            self.start_mono = max(saved, time.monotonic() - (time.time() - self.probe_epoch) - 1.0)
+            try:
+                return super()._journal(match, cursor, trusted)
+            finally:
+                self.start_mono = saved
+        return super()._journal(match, cursor, trusted)
+
+
+def _read_json(path: str) -> dict | None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            value = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _write_json(path: str, value: dict) -> None:
+    temp = f"{path}.{os.getpid()}.tmp"
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump(value, handle)
+    os.replace(temp, path)
+
+
+def _append(path: str, record: dict) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    with os.fdopen(fd, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(record) + "\n")
+
+
+class Watchdog:
+    """One run against the host: ``run()`` returns the event and prints the journal line."""
+
+    def __init__(self, settings: dict, run=run_command, out=None, now=time.time, gate_class=readiness.Gate) -> None:
+        self.s = settings
+        self.run_command = run
+        self.out = out or sys.stdout
+        self.now = now
+        self.gate_class = gate_class
+        self.key: str | None = None
+        self.state_file = os.path.join(settings["service_dir"], "watchdog.json")
+        self.records = os.path.join(settings["service_dir"], "watchdog.jsonl")
+        self.lock_file = os.path.join(settings["service_dir"], "deploy.lock")
+
+    def _masked(self, text: str) -> str:
+        return text.replace(self.key, "********") if self.key else text
+
+    def say(self, level: str, text: str) -> None:
+        self.out.write(f"{PRIORITY[level]}{self._masked(text)}\n")
+        self.out.flush()
+
+    def _deploying(self) -> str | None:
+        """Who deploys the service now, or None (no lock, or a stale one)."""
+        try:
+            held = lock.read(self.lock_file)
+        except lock.LockError as exc:
+            return f"the deploy lock cannot be read ({exc})"
+        if held is None or lock.stale_reason(held, self.now()) is not None:
+            return None
+        return f"run {held['run_id']} by {lock.describe(held)}"
+
+    def _unit(self) -> dict:
+        rc, out, err = self.run_command(["systemctl", "show", "--no-pager", "-p",
+                                         "LoadState,ActiveState,SubState,InvocationID,MainPID", self.s["unit"]])
+        if rc != 0:
+            return {"LoadState": "error", "error": (err or out).strip()}
+        return dict(line.partition("=")[::2] for line in out.splitlines() if "=" in line)
+
+    def _probe(self) -> tuple[dict, float | None]:
+        if self.s.get("api_key_file"):
+            try:
+                self.key = readiness.api_key_from_config(self.s["api_key_file"])
+            except (OSError, ValueError) as exc:
+                return {"ready": False, "failure": "config_unreadable", "msg": f"{self.s['api_key_file']}: {exc}"}, None
+        watcher = ProbeWatcher(self.s["unit"], self.run_command)
+        verdict = probe(self.s, Client(self.s["url"], self.key, True, float(self.s["timeout"])), watcher, self.gate_class)
+        return verdict, watcher.since_start()
+
+    def _record(self, event: str, state: dict, unit: dict, probe: dict | None, msg: str) -> None:
+        record = dict.fromkeys(RECORD_KEYS)
+        record.update(
+            time=lock.utc_iso(self.now()), host=socket.gethostname(), unit=self.s["unit"], event=event,
+            action=self.s["action"], failures=state["failures"], invocation=unit.get("InvocationID"),
+            main_pid=int(unit.get("MainPID") or 0) or None, restarts_in_a_row=state["restarts_in_a_row"],
+            backoff_s=backoff_for(self.s, state["restarts_in_a_row"]), msg=msg,
+            probe={k: (probe or {}).get(k) for k in ("failure", "phase", "cause", "detail", "elapsed")} if probe else None)
+        _append(self.records, json.loads(self._masked(json.dumps(record))))
+
+    def _restart(self, state: dict, unit: dict, probe: dict) -> tuple[str, str]:
+        holder = {"service": self.s["unit"], "variant": None, "controller_user": "root (watchdog)",
+                  "controller_host": socket.gethostname(), "controller_pid": os.getpid(), "awx_job_id": None}
+        run_id = f"watchdog-{os.getpid()}-{int(self.now())}"
+        taken = lock.acquire(self.lock_file, run_id, holder, lease=int(self.s["lease"]), now=self.now)
+        if not taken["acquired"]:
+            return "deploying", f"not restarted: a deploy took the lock first ({lock.describe(taken['holder'])})"
+        try:
+            if self._unit().get("InvocationID") != unit.get("InvocationID"):
+                return "superseded", "not restarted: the unit was restarted meanwhile"
+            rc, out, err = self.run_command(["systemctl", "restart", self.s["unit"]])
+        finally:
+            lock.release(self.lock_file, run_id)
+        if rc != 0:
+            return "restart_failed", f"systemctl restart {self.s['unit']} failed: {(err or out).strip()[:300]}"
+        return "restarted", f"restarted {self.s['unit']}"
+
+    def run(self) -> str:
+        unit_name = self.s["unit"]
+        deploying = self._deploying()
+        if deploying:
+            self.say("info", f"{unit_name}: a deploy holds the host's lock ({deploying}); not probing")
+            return "deploying"
+        unit = self._unit()
+        saved = _read_json(self.state_file) or {}
+        invocation = unit.get("InvocationID") or None
+        state = dict(fresh_state(invocation), **saved) if saved.get("invocation") == invocation else fresh_state(invocation)
+        if unit.get("ActiveState") != "active":
+            _write_json(self.state_file, fresh_state(invocation))
+            self.say("info", f"{unit_name} is {unit.get('ActiveState', '?')}/{unit.get('SubState', '?')}: "
+                             "nothing to probe (systemd and the deploy own a unit that is not running)")
+            return "inactive"
+        probe, age = self._probe()
+        state, event = decide(self.s, state, probe, age, self.now())
+        limit = self.s["failures"]
+        what = probe.get("msg") or probe.get("failure") or ""
+        msg = f"probe {state['failures']}/{limit} failed: {what}"
+        if event in ("ok", "recovered"):
+            generation = probe.get("generation") or {}
+            msg = (f"{unit_name} serves: {generation.get('completion_tokens')} tokens in "
+                   f"{generation.get('latency')} s")
+            self.say("info" if event == "recovered" else "debug", msg + (" (recovered)" if event == "recovered" else ""))
+            if event == "recovered":
+                self._record(event, state, unit, None, msg)
+        elif event == "starting":
+            self.say("info", f"{unit_name} started {age:.0f} s ago and has not served yet "
+                             f"(start_grace {self.s['start_grace']} s): not counted; {what}")
+        elif event == "failed":
+            self.say("warning", f"{unit_name}: {msg}")
+        elif event == "report":
+            msg = f"{limit} probes in a row failed (action report: not restarted); last: {what}"
+            self.say("err", f"{unit_name}: {msg}")
+            self._record(event, state, unit, probe, msg)
+        elif event == "held_back":
+            wait = backoff_for(self.s, state["restarts_in_a_row"])
+            msg = (f"{limit} probes in a row failed; not restarted: {state['restarts_in_a_row']} restart(s) in a row "
+                   f"did not bring it back, the next waits {wait:.0f} s after the last; last: {what}")
+            self.say("err", f"{unit_name}: {msg}")
+            self._record(event, state, unit, probe, msg)
+        elif event == "restart":
+            if os.path.exists(os.path.join(self.s["service_dir"], "switch.json")):
+                event, why = "interrupted_switch", ("not restarted: a switch was interrupted (switch.json); "
+                                                    "the next deploy repairs it")
+            else:
+                event, why = self._restart(state, unit, probe)
+            msg = f"{limit} probes in a row failed ({what}); {why}"
+            self.say("err" if event != "restarted" else "warning", f"{unit_name}: {msg}")
+            self._record(event, state, unit, probe, msg)
+            if event == "restarted":
+                state = dict(fresh_state(None), restarts_in_a_row=state["restarts_in_a_row"] + 1,
+                             last_restart=self.now())
+                state["invocation"] = self._unit().get("InvocationID") or None
+        _write_json(self.state_file, state)
+        return event
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 1:
+        sys.stderr.write("usage: python3 -m ansible_collections.inferops.sglang.plugins.module_utils._watchdog SETTINGS.json\n")
+        return 2
+    try:
+        with open(args[0], encoding="utf-8") as handle:
+            settings = load_settings(json.load(handle))
+    except (OSError, ValueError) as exc:
+        sys.stderr.write(f"<3>watchdog settings {args[0]}: {exc}\n")
+        return 2
+    Watchdog(settings).run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,287 @@
+"""The watchdog (plugins/module_utils/_watchdog.py): its settings, its count of failed probes,
+the backoff of its restarts, and one run on a host as systemd starts it (systemctl and the
+gate replaced by recorders; the deploy lock, the state and the records are real files).
+The probe against a real wedged server: tests/conformance/test_real_gate.py (real SGLang)
+and tests/unit/lab/test_simulator_readiness.py (the simulator's wedge)."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+
+import pytest
+
+from ansible_collections.inferops.sglang.plugins.module_utils import _deploy_lock as lock
+from ansible_collections.inferops.sglang.plugins.module_utils import _watchdog as wd
+
+UNIT = "sglang-qwen.service"
+OK = {"ready": True, "generation": {"completion_tokens": 8, "latency": 0.4}, "msg": "ready"}
+WEDGED = {"ready": False, "failure": "not_ready", "phase": "health", "cause": None, "detail": "no verdict within 30 s",
+          "elapsed": 30.0, "msg": "not ready: /health answered 503"}
+
+
+def settings(tmp_path, **kw) -> dict:
+    return wd.load_settings({"unit": UNIT, "url": "http://127.0.0.1:30000", "service_dir": str(tmp_path), **kw})
+
+
+# -- settings ------------------------------------------------------------------------
+
+def test_settings_take_the_defaults_and_refuse_what_cannot_run():
+    got = wd.load_settings({"unit": UNIT, "url": "http://127.0.0.1:30000", "service_dir": "/x"})
+    assert (got["interval"], got["failures"], got["timeout"], got["action"]) == (30, 3, 30, "restart")
+    with pytest.raises(wd.WatchdogError) as exc:
+        wd.load_settings({"unit": UNIT, "action": "reboot", "failures": 0, "backoff": 600, "backoff_max": 60,
+                          "colour": "red", "timeout": True})
+    text = str(exc.value)
+    for part in ("unknown setting colour", "url is required", "service_dir is required", "action must be one of",
+                 "failures must be a number >= 1", "timeout must be a number >= 1"):
+        assert part in text, text
+    with pytest.raises(wd.WatchdogError, match="backoff_max must be >= backoff"):
+        wd.load_settings({"unit": UNIT, "url": "u", "service_dir": "/x", "backoff": 600, "backoff_max": 60})
+    with pytest.raises(wd.WatchdogError, match="not a JSON object"):
+        wd.load_settings([])
+
+
+# -- the count -------------------------------------------------------------------------
+
+def test_failures_in_a_row_restart_once_the_count_is_reached(tmp_path):
+    s = settings(tmp_path, failures=3)
+    state = dict(wd.fresh_state("a"), served=True)
+    events = []
+    for _ in range(3):
+        state, event = wd.decide(s, state, WEDGED, 5000.0, 1000.0)
+        events.append((event, state["failures"]))
+    assert events == [("failed", 1), ("failed", 2), ("restart", 3)]
+    # one good probe in between starts the count again
+    state, event = wd.decide(s, dict(wd.fresh_state("a"), served=True, failures=2), OK, 5000.0, 1000.0)
+    assert (event, state["failures"]) == ("recovered", 0)
+
+
+def test_a_run_that_has_not_served_is_not_judged_inside_its_start_grace(tmp_path):
+    s = settings(tmp_path, failures=1, start_grace=900)
+    state, event = wd.decide(s, wd.fresh_state("a"), WEDGED, 120.0, 1000.0)
+    assert (event, state["failures"]) == ("starting", 0)
+    # past the grace it counts; and a run that served once counts at any age
+    assert wd.decide(s, wd.fresh_state("a"), WEDGED, 901.0, 1000.0)[1] == "restart"
+    assert wd.decide(s, dict(wd.fresh_state("a"), served=True), WEDGED, 10.0, 1000.0)[1] == "restart"
+
+
+def test_restarts_back_off_and_are_held_back_once_per_episode(tmp_path):
+    s = settings(tmp_path, failures=1, backoff=60, backoff_max=200)
+    assert [wd.backoff_for(s, n) for n in range(5)] == [0.0, 60.0, 120.0, 200.0, 200.0]
+    # one restart 30 s ago did not bring it back: the next waits 60 s after it
+    state = dict(wd.fresh_state("b"), served=True, restarts_in_a_row=1, last_restart=970.0)
+    state, event = wd.decide(s, state, WEDGED, 5000.0, 1000.0)
+    assert event == "held_back" and state["held_back"] is True
+    state, event = wd.decide(s, state, WEDGED, 5000.0, 1010.0)
+    assert event == "failed"  # said once
+    assert wd.decide(s, state, WEDGED, 5000.0, 1031.0)[1] == "restart"
+
+
+def test_report_only_reports_once_per_episode(tmp_path):
+    s = settings(tmp_path, failures=2, action="report")
+    state = dict(wd.fresh_state("c"), served=True)
+    events = []
+    for verdict in (WEDGED, WEDGED, WEDGED, OK, WEDGED, WEDGED):
+        state, event = wd.decide(s, state, verdict, 5000.0, 1000.0)
+        events.append(event)
+    assert events == ["failed", "report", "failed", "recovered", "failed", "report"]
+
+
+# -- one run on a host -----------------------------------------------------------------
+
+class Host:
+    """systemctl as the watchdog calls it: the unit's properties, and restarts recorded."""
+
+    def __init__(self, active: str = "active", invocation: str = "inv-1", pid: int = 4242) -> None:
+        self.active, self.invocation, self.pid = active, invocation, pid
+        self.calls: list[list[str]] = []
+        self.restart_rc = 0
+        self.lock_during_restart: dict | None = None
+        self.lock_file: str | None = None
+
+    def __call__(self, argv: list[str]) -> tuple[int, str, str]:
+        self.calls.append(argv)
+        if argv[:2] == ["systemctl", "show"]:
+            return 0, (f"LoadState=loaded\nActiveState={self.active}\nSubState=running\n"
+                       f"InvocationID={self.invocation}\nMainPID={self.pid}\n"), ""
+        if argv[:2] == ["systemctl", "restart"]:
+            self.lock_during_restart = lock.read(self.lock_file) if self.lock_file else None
+            if self.restart_rc == 0:
+                self.invocation, self.pid = self.invocation + "+", self.pid + 1
+            return self.restart_rc, "", "Job for sglang-qwen.service failed." if self.restart_rc else ""
+        raise AssertionError(f"unexpected command {argv}")
+
+    def restarts(self) -> int:
+        return sum(1 for argv in self.calls if argv[:2] == ["systemctl", "restart"])
+
+
+def gate_returning(*verdicts, age: float = 5000.0):
+    """A gate class whose runs return these verdicts in turn; the watcher reports ``age``."""
+    queue = list(verdicts)
+
+    class FakeGate:
+        def __init__(self, client, watcher, **kw) -> None:
+            self.client, self.kw = client, kw
+            watcher.start_mono = time.monotonic() - age
+
+        def run(self) -> dict:
+            FakeGate.seen.append((self.client.api_key, self.kw))
+            return queue.pop(0)
+
+    FakeGate.seen = []
+    return FakeGate
+
+
+def one_run(s: dict, host: Host, gate, now: float = 1_000_000.0) -> tuple[str, str]:
+    out = io.StringIO()
+    host.lock_file = str(lockfile(s))
+    event = wd.Watchdog(s, run=host, out=out, now=lambda: now, gate_class=gate).run()
+    return event, out.getvalue()
+
+
+def lockfile(s: dict):
+    from pathlib import Path
+    return Path(s["service_dir"]) / "deploy.lock"
+
+
+def records(s: dict) -> list[dict]:
+    from pathlib import Path
+    path = Path(s["service_dir"]) / "watchdog.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_three_wedged_probes_restart_the_unit_under_the_deploy_lock_and_record_it(tmp_path):
+    s = settings(tmp_path, failures=3, timeout=20, max_tokens=4)
+    host = Host()
+    gate = gate_returning(OK, WEDGED, WEDGED, WEDGED)
+    events = [one_run(s, host, gate)[0] for _ in range(4)]
+    assert events == ["ok", "failed", "failed", "restarted"]
+    assert host.restarts() == 1
+    # the gate ran with the watchdog's timeout, one generation, no settle
+    assert gate.seen[0][1]["timeout"] == 20.0 and gate.seen[0][1]["settle"] == 0.0
+    assert gate.seen[0][1]["generations"] == 1 and gate.seen[0][1]["max_tokens"] == 4
+    # the restart ran under the host's deploy lock, held by the watchdog, released after
+    assert host.lock_during_restart["controller_user"] == "root (watchdog)"
+    assert host.lock_during_restart["run_id"].startswith("watchdog-")
+    assert not lockfile(s).exists()
+    (rec,) = records(s)
+    assert rec["event"] == "restarted" and rec["failures"] == 3 and rec["invocation"] == "inv-1"
+    assert rec["main_pid"] == 4242 and rec["probe"]["failure"] == "not_ready" and rec["unit"] == UNIT
+    assert "3 probes in a row failed" in rec["msg"] and "restarted sglang-qwen.service" in rec["msg"]
+    state = json.loads((tmp_path / "watchdog.json").read_text())
+    assert state["invocation"] == "inv-1+" and state["restarts_in_a_row"] == 1 and state["failures"] == 0
+
+
+def test_the_restarted_run_is_given_its_start_grace_then_recovers(tmp_path):
+    s = settings(tmp_path, failures=1, start_grace=600)
+    host = Host()
+    assert one_run(s, host, gate_returning(dict(OK)))[0] == "ok"
+    assert one_run(s, host, gate_returning(WEDGED))[0] == "restarted"
+    # the new run answers nothing yet: starting, not counted; then it serves
+    assert one_run(s, host, gate_returning(WEDGED, age=30.0))[0] == "starting"
+    event, said = one_run(s, host, gate_returning(OK, age=60.0))
+    assert event == "recovered" and said.startswith("<6>") and "(recovered)" in said
+    assert [r["event"] for r in records(s)] == ["restarted", "recovered"]
+
+
+def test_a_deploy_holding_the_lock_silences_the_watchdog(tmp_path):
+    s = settings(tmp_path, failures=1)
+    now = 1_000_000.0
+    holder = {"service": UNIT, "variant": "shadow-balanced", "controller_user": "alice", "controller_host": "ctl-1",
+              "controller_pid": 77, "awx_job_id": None}
+    assert lock.acquire(str(lockfile(s)), "run-9", holder, lease=1800, now=lambda: now)["acquired"]
+    host = Host()
+    gate = gate_returning(WEDGED)
+    event, said = one_run(s, host, gate, now=now)
+    assert event == "deploying" and "run run-9 by alice@ctl-1" in said and "not probing" in said
+    assert gate.seen == [] and host.calls == [] and records(s) == []
+    # a lease that ran out is a deploy that is gone: the watchdog probes again
+    event, _ = one_run(s, host, gate, now=now + 1801)
+    assert event == "restarted"
+    assert host.restarts() == 1 and lock.read(str(lockfile(s))) is None
+
+
+def test_a_deploy_that_takes_the_lock_first_wins(tmp_path, monkeypatch):
+    s = settings(tmp_path, failures=1)
+    host = Host()
+    real_acquire = lock.acquire
+
+    def deploy_first(path, run_id, holder, **kw):
+        real_acquire(path, "run-deploy", dict(holder, controller_user="bob"), lease=1800, now=kw["now"])
+        return real_acquire(path, run_id, holder, **kw)
+
+    monkeypatch.setattr(lock, "acquire", deploy_first)
+    event, said = one_run(s, host, gate_returning(dict(WEDGED)))
+    assert event == "deploying" and "a deploy took the lock first (bob@" in said
+    assert host.restarts() == 0 and lock.read(str(lockfile(s)))["run_id"] == "run-deploy"
+
+
+def test_a_unit_that_is_not_active_is_left_to_systemd(tmp_path):
+    s = settings(tmp_path, failures=1)
+    host = Host(active="failed")
+    gate = gate_returning()
+    event, said = one_run(s, host, gate)
+    assert event == "inactive" and "is failed/running: nothing to probe" in said and gate.seen == []
+
+
+def test_another_run_of_the_unit_starts_the_count_again(tmp_path):
+    s = settings(tmp_path, failures=2)
+    host = Host()
+    assert one_run(s, host, gate_returning(OK))[0] == "ok"
+    assert one_run(s, host, gate_returning(WEDGED))[0] == "failed"
+    host.invocation = "inv-2"  # a deploy switched the unit meanwhile
+    assert one_run(s, host, gate_returning(WEDGED))[0] == "failed"
+    assert json.loads((tmp_path / "watchdog.json").read_text())["failures"] == 1
+
+
+def test_an_interrupted_switch_is_not_restarted(tmp_path):
+    s = settings(tmp_path, failures=1)
+    (tmp_path / "switch.json").write_text("{}")
+    host = Host()
+    event, said = one_run(s, host, gate_returning(WEDGED))
+    assert event == "interrupted_switch" and host.restarts() == 0
+    assert "a switch was interrupted (switch.json)" in said and said.startswith("<3>")
+
+
+def test_a_failed_restart_is_recorded_as_such(tmp_path):
+    s = settings(tmp_path, failures=1)
+    host = Host()
+    host.restart_rc = 1
+    event, said = one_run(s, host, gate_returning(WEDGED))
+    assert event == "restart_failed" and "Job for sglang-qwen.service failed." in said
+    assert records(s)[0]["event"] == "restart_failed" and not lockfile(s).exists()
+
+
+def test_report_mode_never_restarts(tmp_path):
+    s = settings(tmp_path, failures=2, action="report")
+    host = Host()
+    events = [one_run(s, host, gate_returning(WEDGED))[0] for _ in range(3)]
+    assert events == ["failed", "report", "failed"] and host.restarts() == 0
+    assert [r["event"] for r in records(s)] == ["report"]
+
+
+def test_the_key_is_read_from_the_config_file_and_never_printed(tmp_path):
+    config = tmp_path / "sglang-qwen.yaml"
+    config.write_text('model-path: /srv/models/x\napi-key: "k3y-Secret-99"\n')
+    s = settings(tmp_path, failures=1, action="report", api_key_file=str(config))
+    verdict = dict(WEDGED, msg="not ready: POST /generate with Bearer k3y-Secret-99 timed out")
+    gate = gate_returning(verdict)
+    event, said = one_run(s, Host(), gate)
+    assert gate.seen[0][0] == "k3y-Secret-99"
+    assert event == "report" and "k3y-Secret-99" not in said and "********" in said
+    assert "k3y-Secret-99" not in (tmp_path / "watchdog.json").read_text()
+    assert "k3y-Secret-99" not in (tmp_path / "watchdog.jsonl").read_text() and records(s)[0]["event"] == "report"
+    (tmp_path / "other").mkdir()
+    s2 = settings(tmp_path / "other", failures=5, api_key_file=str(tmp_path / "missing.yaml"))
+    event, said = one_run(s2, Host(), gate_returning())
+    assert event == "failed" and "probe 1/5 failed" in said and "missing.yaml" in said
+
+
+def test_main_refuses_bad_settings_with_a_clear_message(tmp_path, capsys):
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps({"unit": UNIT, "url": "u", "service_dir": str(tmp_path), "failures": 0}))
+    assert wd.main([str(path)]) == 2
+    assert "failures must be a number >= 1" in capsys.readouterr().err
+    assert wd.main([]) == 2
