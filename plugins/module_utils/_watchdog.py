@@ -27,9 +27,10 @@ which runs ``run_once`` every ``interval`` seconds as root:
    ``action`` report only records. A switch left interrupted (switch.json, a killed deploy)
    is never restarted by the watchdog: the next deploy repairs it.
 
-Each action is one line of ``watchdog.jsonl`` in the service's state directory (beside
-the deploy history) and a journal line under the watchdog unit; the count survives between
-runs in ``watchdog.json``. No API key is written anywhere: it is read from the server's
+Each action is one line of ``watchdog/history.jsonl`` in the service's state directory
+(beside the deploy history, which keeps one schema: deploy records) and a journal line under
+the watchdog unit; the count survives between runs in ``watchdog/state.json``, written only
+when it changes. No API key is written anywhere: it is read from the server's
 root-only ``--config`` file at each run and masked in every line printed.
 """
 
@@ -212,8 +213,9 @@ class Watchdog:
         self.now = now
         self.gate_class = gate_class
         self.key: str | None = None
-        self.state_file = os.path.join(settings["service_dir"], "watchdog.json")
-        self.records = os.path.join(settings["service_dir"], "watchdog.jsonl")
+        self.directory = os.path.join(settings["service_dir"], "watchdog")
+        self.state_file = os.path.join(self.directory, "state.json")
+        self.records = os.path.join(self.directory, "history.jsonl")
         self.lock_file = os.path.join(settings["service_dir"], "deploy.lock")
 
     def _masked(self, text: str) -> str:
@@ -279,6 +281,10 @@ class Watchdog:
 
     def run(self) -> str:
         unit_name = self.s["unit"]
+        if not os.path.isdir(self.s["service_dir"]):
+            self.say("info", f"{unit_name}: {self.s['service_dir']} is missing: nothing deployed here to watch")
+            return "not_deployed"
+        os.makedirs(self.directory, mode=0o700, exist_ok=True)
         deploying = self._deploying()
         if deploying:
             self.say("info", f"{unit_name}: a deploy holds the host's lock ({deploying}); not probing")
@@ -288,10 +294,12 @@ class Watchdog:
         invocation = unit.get("InvocationID") or None
         state = dict(fresh_state(invocation), **saved) if saved.get("invocation") == invocation else fresh_state(invocation)
         if unit.get("ActiveState") != "active":
-            _write_json(self.state_file, fresh_state(invocation))
+            if saved != fresh_state(invocation):
+                _write_json(self.state_file, fresh_state(invocation))
             self.say("info", f"{unit_name} is {unit.get('ActiveState', '?')}/{unit.get('SubState', '?')}: "
                              "nothing to probe (systemd and the deploy own a unit that is not running)")
             return "inactive"
+        before = dict(state)
         probe, age = self._probe()
         state, event = decide(self.s, state, probe, age, self.now())
         limit = self.s["failures"]
@@ -332,7 +340,8 @@ class Watchdog:
                 state = dict(fresh_state(None), restarts_in_a_row=state["restarts_in_a_row"] + 1,
                              last_restart=self.now())
                 state["invocation"] = self._unit().get("InvocationID") or None
-        _write_json(self.state_file, state)
+        if state != before or saved != state:
+            _write_json(self.state_file, state)
         return event
 
 

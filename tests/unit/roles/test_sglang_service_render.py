@@ -10,6 +10,7 @@ the published wheel) get exactly the input back."""
 from __future__ import annotations
 
 import argparse
+import json
 import importlib.util
 import shutil
 import subprocess
@@ -274,3 +275,71 @@ def test_a_key_starting_with_a_dash_would_stop_sglang_so_it_is_refused(merger, t
 
 def test_no_key_renders_an_empty_config():
     assert yaml.safe_load(render("sglang.config.yaml.j2")) == {}
+
+
+# -- the watchdog's units and settings ----------------------------------------------------
+
+WATCHDOG = dict(sglang_service_watchdog_action="restart", sglang_service_watchdog_interval=30,
+                sglang_service_watchdog_failures=3, sglang_service_watchdog_timeout=30,
+                sglang_service_watchdog_start_grace=900, sglang_service_watchdog_backoff=300,
+                sglang_service_watchdog_backoff_max=3600, sglang_service_watchdog_python="/usr/bin/python3")
+
+
+def render_watchdog(template: str, **overrides) -> str:
+    loader = DataLoader()
+    variables = dict(sglang_service_name="sglang-qwen.service", sglang_service_state_dir="/var/lib/inferops-sglang",
+                     sglang_service_bind_host="0.0.0.0", sglang_service_port=30000, sglang_service_api_key="",
+                     **WATCHDOG)
+    variables.update(overrides)
+    for name in ("_sglang_service_base", "_sglang_service_config_file", "_sglang_service_dir", "_sglang_service_url",
+                 "_sglang_service_watchdog_unit", "_sglang_service_watchdog_settings", "_sglang_service_watchdog_root"):
+        variables[name] = Templar(loader=loader, variables=variables).template(_trust(ROLE_VARS[name]))
+    return render(template, **variables)
+
+
+def test_the_watchdog_settings_are_what_the_watchdog_loads_and_hold_no_key():
+    from ansible_collections.inferops.sglang.plugins.module_utils import _watchdog
+
+    plain = _watchdog.load_settings(json.loads(render_watchdog("sglang-watchdog.json.j2")))
+    assert plain["unit"] == "sglang-qwen.service" and plain["url"] == "http://127.0.0.1:30000"
+    assert plain["service_dir"] == "/var/lib/inferops-sglang/sglang-qwen" and plain["api_key_file"] is None
+    assert (plain["interval"], plain["failures"], plain["timeout"], plain["lease"]) == (30, 3, 30, 330)
+    text = render_watchdog("sglang-watchdog.json.j2", sglang_service_api_key="k3y-in-the-vars",
+                           sglang_service_watchdog_action="report")
+    keyed = _watchdog.load_settings(json.loads(text))
+    assert "k3y-in-the-vars" not in text
+    assert keyed["api_key_file"] == "/etc/sglang/sglang-qwen.yaml" and keyed["action"] == "report"
+
+
+def test_the_watchdog_units_run_the_copied_gate_every_interval(tmp_path):
+    service = render_watchdog("sglang-watchdog.service.j2", ansible_managed="Ansible managed")
+    timer = render_watchdog("sglang-watchdog.timer.j2", ansible_managed="Ansible managed",
+                            sglang_service_watchdog_interval=10)
+    lines = {(section, key): value for section, key, value in systemd_syntax.lines(service)}
+    assert lines[("Service", "Type")] == "oneshot"
+    assert lines[("Service", "ExecStart")] == (
+        "/usr/bin/python3 -s -m ansible_collections.inferops.sglang.plugins.module_utils._watchdog "
+        "/etc/sglang/sglang-qwen.watchdog.json")
+    assert lines[("Service", "TimeoutStartSec")] == "330"
+    assert lines[("Service", "SyslogIdentifier")] == "sglang-qwen-watchdog"
+    timer_lines = {(section, key): value for section, key, value in systemd_syntax.lines(timer)}
+    assert timer_lines[("Timer", "OnUnitActiveSec")] == "10" and timer_lines[("Timer", "OnActiveSec")] == "10"
+    assert timer_lines[("Install", "WantedBy")] == "timers.target"
+    if shutil.which("systemd-analyze"):
+        (tmp_path / "sglang-qwen-watchdog.service").write_text(service.replace("/usr/bin/python3", "/bin/true"))
+        (tmp_path / "sglang-qwen-watchdog.timer").write_text(timer)
+        proc = subprocess.run(["systemd-analyze", "verify", str(tmp_path / "sglang-qwen-watchdog.timer")],
+                              capture_output=True, text=True, check=False)
+        assert not [line for line in proc.stderr.splitlines() if "sglang-qwen-watchdog" in line], proc.stderr
+
+
+def test_the_watchdog_copies_every_module_its_code_imports():
+    """The host gets the files in vars/main.yml's list: each import of theirs from the
+    collection must be one of them (a missing one fails the watchdog's first run)."""
+    import re as _re
+    listed = set(ROLE_VARS["_sglang_service_watchdog_modules"])
+    for name in listed:
+        text = (REPO / "plugins" / "module_utils" / name).read_text()
+        for found in _re.findall(r"plugins\.module_utils(?:\._|\s+import\s+_)(\w+)", text):
+            assert f"_{found.lstrip('_')}.py" in listed, (name, found)
+        assert "import ansible" not in text and "from ansible." not in text, name

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import time
 
 import pytest
@@ -148,7 +149,7 @@ def lockfile(s: dict):
 
 def records(s: dict) -> list[dict]:
     from pathlib import Path
-    path = Path(s["service_dir"]) / "watchdog.jsonl"
+    path = Path(s["service_dir"]) / "watchdog" / "history.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
@@ -170,7 +171,7 @@ def test_three_wedged_probes_restart_the_unit_under_the_deploy_lock_and_record_i
     assert rec["event"] == "restarted" and rec["failures"] == 3 and rec["invocation"] == "inv-1"
     assert rec["main_pid"] == 4242 and rec["probe"]["failure"] == "not_ready" and rec["unit"] == UNIT
     assert "3 probes in a row failed" in rec["msg"] and "restarted sglang-qwen.service" in rec["msg"]
-    state = json.loads((tmp_path / "watchdog.json").read_text())
+    state = json.loads((tmp_path / "watchdog" / "state.json").read_text())
     assert state["invocation"] == "inv-1+" and state["restarts_in_a_row"] == 1 and state["failures"] == 0
 
 
@@ -233,7 +234,7 @@ def test_another_run_of_the_unit_starts_the_count_again(tmp_path):
     assert one_run(s, host, gate_returning(WEDGED))[0] == "failed"
     host.invocation = "inv-2"  # a deploy switched the unit meanwhile
     assert one_run(s, host, gate_returning(WEDGED))[0] == "failed"
-    assert json.loads((tmp_path / "watchdog.json").read_text())["failures"] == 1
+    assert json.loads((tmp_path / "watchdog" / "state.json").read_text())["failures"] == 1
 
 
 def test_an_interrupted_switch_is_not_restarted(tmp_path):
@@ -271,12 +272,32 @@ def test_the_key_is_read_from_the_config_file_and_never_printed(tmp_path):
     event, said = one_run(s, Host(), gate)
     assert gate.seen[0][0] == "k3y-Secret-99"
     assert event == "report" and "k3y-Secret-99" not in said and "********" in said
-    assert "k3y-Secret-99" not in (tmp_path / "watchdog.json").read_text()
-    assert "k3y-Secret-99" not in (tmp_path / "watchdog.jsonl").read_text() and records(s)[0]["event"] == "report"
+    assert "k3y-Secret-99" not in (tmp_path / "watchdog" / "state.json").read_text()
+    assert "k3y-Secret-99" not in (tmp_path / "watchdog" / "history.jsonl").read_text() and records(s)[0]["event"] == "report"
     (tmp_path / "other").mkdir()
     s2 = settings(tmp_path / "other", failures=5, api_key_file=str(tmp_path / "missing.yaml"))
     event, said = one_run(s2, Host(), gate_returning())
     assert event == "failed" and "probe 1/5 failed" in said and "missing.yaml" in said
+
+
+def test_a_service_never_deployed_is_not_watched(tmp_path):
+    s = settings(tmp_path / "absent")
+    host = Host()
+    event, said = one_run(s, host, gate_returning())
+    assert event == "not_deployed" and "nothing deployed here" in said and host.calls == []
+    assert not (tmp_path / "absent").exists()
+
+
+def test_a_healthy_run_writes_its_state_once(tmp_path):
+    s = settings(tmp_path)
+    host = Host()
+    one_run(s, host, gate_returning(OK))
+    state = tmp_path / "watchdog" / "state.json"
+    stamp = state.stat().st_mtime_ns
+    state.touch()
+    os.utime(state, ns=(stamp, stamp))
+    one_run(s, host, gate_returning(OK))
+    assert state.stat().st_mtime_ns == stamp
 
 
 def test_main_refuses_bad_settings_with_a_clear_message(tmp_path, capsys):
