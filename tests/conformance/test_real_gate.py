@@ -309,7 +309,7 @@ def test_a_real_server_whose_scheduler_is_stopped_fails_the_watchdog_probe(share
         verdict = _watchdog.probe(settings, client, r.PidWatcher(shared.proc.pid, str(shared.log_path)))
         return verdict, time.monotonic() - started
 
-    first, _ = probe()
+    first, _took = probe()
     assert first["ready"] is True, first["msg"]
     assert first["generation"]["completion_tokens"] > 0
     state, event = _watchdog.decide(settings, _watchdog.fresh_state("run-1"), first, 3600.0, time.time())
@@ -335,9 +335,9 @@ def test_a_real_server_whose_scheduler_is_stopped_fails_the_watchdog_probe(share
     finally:
         os.kill(scheduler, signal.SIGCONT)
     deadline = time.monotonic() + 120
-    again, _ = probe()
+    again, _took = probe()
     while not again["ready"] and time.monotonic() < deadline:
-        again, _ = probe()
+        again, _took = probe()
     assert again["ready"] is True, again["msg"]
     note("wedged (scheduler stopped)", health_503_after=health_after, probe_failed_after=took,
          probe_failure=wedged["failure"])

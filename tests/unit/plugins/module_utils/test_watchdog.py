@@ -50,7 +50,7 @@ def test_failures_in_a_row_restart_once_the_count_is_reached(tmp_path):
     s = settings(tmp_path, failures=3)
     state = dict(wd.fresh_state("a"), served=True)
     events = []
-    for _ in range(3):
+    for _probe in range(3):
         state, event = wd.decide(s, state, WEDGED, 5000.0, 1000.0)
         events.append((event, state["failures"]))
     assert events == [("failed", 1), ("failed", 2), ("restart", 3)]
@@ -157,7 +157,7 @@ def test_three_wedged_probes_restart_the_unit_under_the_deploy_lock_and_record_i
     s = settings(tmp_path, failures=3, timeout=20, max_tokens=4)
     host = Host()
     gate = gate_returning(OK, WEDGED, WEDGED, WEDGED)
-    events = [one_run(s, host, gate)[0] for _ in range(4)]
+    events = [one_run(s, host, gate)[0] for _probe in range(4)]
     assert events == ["ok", "failed", "failed", "restarted"]
     assert host.restarts() == 1
     # the gate ran with the watchdog's timeout, one generation, no settle
@@ -199,7 +199,7 @@ def test_a_deploy_holding_the_lock_silences_the_watchdog(tmp_path):
     assert event == "deploying" and "run run-9 by alice@ctl-1" in said and "not probing" in said
     assert gate.seen == [] and host.calls == [] and records(s) == []
     # a lease that ran out is a deploy that is gone: the watchdog probes again
-    event, _ = one_run(s, host, gate, now=now + 1801)
+    event, _said = one_run(s, host, gate, now=now + 1801)
     assert event == "restarted"
     assert host.restarts() == 1 and lock.read(str(lockfile(s))) is None
 
@@ -258,7 +258,7 @@ def test_a_failed_restart_is_recorded_as_such(tmp_path):
 def test_report_mode_never_restarts(tmp_path):
     s = settings(tmp_path, failures=2, action="report")
     host = Host()
-    events = [one_run(s, host, gate_returning(WEDGED))[0] for _ in range(3)]
+    events = [one_run(s, host, gate_returning(WEDGED))[0] for _probe in range(3)]
     assert events == ["failed", "report", "failed"] and host.restarts() == 0
     assert [r["event"] for r in records(s)] == ["report"]
 
