@@ -1,0 +1,443 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Model weights staged from a mirror, verified, then swapped into place atomically.
+
+A model directory on a host is a symlink, ``<parent>/<name>`` ->
+``<parent>/.<name>.revisions/<revision>/``. A stage fetches every file the mirror's
+manifest lists into ``.<name>.revisions/.staging-<revision>/`` (kept across runs: an
+interrupted download resumes, with an HTTP Range request or a seek in a local file),
+verifies each file's size and sha256 and each safetensors file's header, writes the
+marker ``.inferops-model.json``, renames the staging directory to its revision, and
+points the symlink at it with one ``rename`` (a directory that was there before is
+exchanged with the symlink in one ``renameat2(RENAME_EXCHANGE)`` and kept as
+``previous-<time>``). Anything refused leaves the model path as it was.
+
+The manifest (``inferops-manifest.json`` at the mirror, ``make_manifest`` writes one)::
+
+    {"revision": "2026-11-30", "files": {"config.json": {"size": 1234, "sha256": "..."}, ...}}
+
+The quick check (the deploy's preflight): every file the manifest lists is there with
+its size, every safetensors header parses and its tensors end at the file's end, every
+shard the safetensors index names is there. Without a manifest, the index and the
+headers alone. The full check adds every file's sha256.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import hashlib
+import http.client
+import json
+import os
+import re
+import shutil
+import struct
+import time
+import urllib.error
+import urllib.request
+from urllib.parse import quote, urlsplit
+
+MANIFEST = "inferops-manifest.json"
+MARKER = ".inferops-model.json"
+INDEX = "model.safetensors.index.json"
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+# A safetensors header larger than this is not a header (the format's own limit is 100 MB).
+_MAX_HEADER = 100 * 1024 * 1024
+_CHUNK = 1 << 20
+
+
+class StageError(Exception):
+    """A stage or a check that cannot succeed; the message says why and what was left."""
+
+
+# -- the manifest ------------------------------------------------------------------------
+
+def safe_relpath(name: object) -> str | None:
+    if not isinstance(name, str) or not name or name.startswith("/") or "\\" in name or "\x00" in name:
+        return None
+    parts = name.split("/")
+    if any(part in ("", ".", "..") for part in parts) or parts[0] in (MARKER,):
+        return None
+    return name
+
+
+def parse_manifest(text: str, where: str) -> dict:
+    """The manifest's files, checked: relative paths inside the model, a size and a sha256 each."""
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise StageError(f"{where} is not a manifest (not JSON: {exc})") from exc
+    files = data.get("files") if isinstance(data, dict) else None
+    if not isinstance(files, dict) or not files:
+        raise StageError(f"{where} is not a manifest: no files")
+    problems = []
+    for name, entry in files.items():
+        if safe_relpath(name) is None:
+            problems.append(f"{name!r} is not a path inside the model")
+        elif (not isinstance(entry, dict) or isinstance(entry.get("size"), bool) or not isinstance(entry.get("size"), int)
+              or entry["size"] < 0 or not isinstance(entry.get("sha256"), str) or not _HEX64.match(entry["sha256"])):
+            problems.append(f"{name}: needs a size (bytes) and a sha256 (64 hex digits)")
+    if problems:
+        raise StageError(f"{where}: " + "; ".join(problems))
+    revision = data.get("revision")
+    return {"revision": revision if isinstance(revision, str) else None, "files": files}
+
+
+def make_manifest(directory: str, revision: str) -> dict:
+    """The manifest of a model directory (every regular file but the marker), for a mirror."""
+    files = {}
+    for root, dirs, names in os.walk(directory):
+        dirs.sort()
+        for name in sorted(names):
+            path = os.path.join(root, name)
+            rel = os.path.relpath(path, directory).replace(os.sep, "/")
+            if rel in (MARKER, MANIFEST) or not os.path.isfile(path):
+                continue
+            files[rel] = {"size": os.path.getsize(path), "sha256": sha256_of(path)}
+    return {"revision": revision, "files": files}
+
+
+def sha256_of(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(_CHUNK), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# -- checks ------------------------------------------------------------------------------
+
+def safetensors_problem(path: str) -> str | None:
+    """Why a safetensors file is not whole: its 8-byte header length, its JSON header, and
+    its tensors' data ending exactly at the file's end (a cut download ends early)."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as handle:
+        head = handle.read(8)
+        if len(head) < 8:
+            return f"{size} bytes, shorter than a safetensors header"
+        (length,) = struct.unpack("<Q", head)
+        if length > _MAX_HEADER or 8 + length > size:
+            return f"header length {length} does not fit its {size} bytes"
+        raw = handle.read(length)
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        return f"header does not parse ({exc})"
+    if not isinstance(header, dict):
+        return "header is not a JSON object"
+    end = 0
+    for name, tensor in header.items():
+        if name == "__metadata__":
+            continue
+        offsets = tensor.get("data_offsets") if isinstance(tensor, dict) else None
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)):
+            return f"tensor {name} has no data_offsets"
+        end = max(end, offsets[1])
+    if 8 + length + end != size:
+        return f"its tensors end at byte {8 + length + end}, the file has {size}"
+    return None
+
+
+def check(directory: str, manifest: dict | None, full: bool = False) -> list[str]:
+    """What is wrong with a model directory (empty: nothing): the manifest's files and sizes
+    (and sha256 when ``full``), the safetensors headers, the index's shards."""
+    problems: list[str] = []
+    if not os.path.isdir(directory):
+        return [f"{directory} is not a directory"]
+    names = list(manifest["files"]) if manifest else []
+    for name in names:
+        entry = manifest["files"][name]
+        path = os.path.join(directory, name)
+        if not os.path.isfile(path):
+            problems.append(f"{name} is missing")
+            continue
+        size = os.path.getsize(path)
+        if size != entry["size"]:
+            problems.append(f"{name} has {size} bytes, the manifest {entry['size']}")
+        elif full and sha256_of(path) != entry["sha256"]:
+            problems.append(f"{name}: sha256 differs from the manifest's")
+    index = os.path.join(directory, INDEX)
+    shards: set[str] = set()
+    if os.path.isfile(index):
+        try:
+            with open(index, encoding="utf-8") as handle:
+                weight_map = json.load(handle).get("weight_map")
+            shards = {s for s in weight_map.values() if isinstance(s, str)} if isinstance(weight_map, dict) else set()
+        except (OSError, ValueError, AttributeError) as exc:
+            problems.append(f"{INDEX} does not parse ({exc})")
+        for shard in sorted(shards):
+            if safe_relpath(shard) is None or not os.path.isfile(os.path.join(directory, shard)):
+                problems.append(f"shard {shard} named by {INDEX} is missing")
+    seen = set(names) | shards | {n for n in _listing(directory) if n.endswith(".safetensors")}
+    for name in sorted(n for n in seen if n.endswith(".safetensors")):
+        path = os.path.join(directory, name)
+        if os.path.isfile(path) and not any(p.startswith(name + " ") for p in problems):
+            problem = safetensors_problem(path)
+            if problem:
+                problems.append(f"{name}: {problem}")
+    if not manifest and not shards and not any(n.endswith(".safetensors") for n in seen):
+        problems.append(f"{directory} has no {MANIFEST}, no {INDEX} and no .safetensors file to check")
+    return problems
+
+
+def _listing(directory: str) -> list[str]:
+    try:
+        return sorted(os.listdir(directory))
+    except OSError:
+        return []
+
+
+def local_manifest(directory: str) -> dict | None:
+    """The manifest a model directory carries (the stage writes it in), or None."""
+    path = os.path.join(directory, MANIFEST)
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as handle:
+        return parse_manifest(handle.read(), path)
+
+
+# -- sources -----------------------------------------------------------------------------
+
+class Source:
+    """A mirror: an http(s) base URL, or a local or NFS directory."""
+
+    def __init__(self, location: str, timeout: float = 60.0, validate_certs: bool = True) -> None:
+        self.location = location.rstrip("/")
+        self.timeout = timeout
+        self.http = urlsplit(location).scheme in ("http", "https")
+        if not self.http and location.startswith("file://"):
+            self.location = urlsplit(location).path.rstrip("/")
+        if not self.http and not os.path.isabs(self.location):
+            raise StageError(f"source {location!r} is neither an http(s) URL nor an absolute path")
+        self.context = None
+        if self.http and urlsplit(location).scheme == "https" and not validate_certs:
+            import ssl
+            self.context = ssl._create_unverified_context()  # pylint: disable=protected-access
+
+    def _url(self, name: str) -> str:
+        return f"{self.location}/{quote(name)}"
+
+    def read_text(self, name: str) -> str:
+        if not self.http:
+            try:
+                with open(os.path.join(self.location, name), encoding="utf-8") as handle:
+                    return handle.read()
+            except OSError as exc:
+                raise StageError(f"{name} cannot be read at the source {self.location}: {exc.strerror}") from exc
+        try:
+            with urllib.request.urlopen(self._url(name), timeout=self.timeout, context=self.context) as resp:
+                return resp.read(16 << 20).decode("utf-8")
+        except urllib.error.HTTPError as exc:
+            raise StageError(f"{name} at {self._url(name)}: HTTP {exc.code}") from exc
+        except (urllib.error.URLError, OSError, UnicodeDecodeError) as exc:
+            raise StageError(f"{name} at {self._url(name)}: {getattr(exc, 'reason', exc)}") from exc
+
+    def fetch(self, name: str, target: str, size: int) -> tuple[int, bool]:
+        """Bring ``name`` into ``target``, continuing a partial file; (bytes fetched, resumed)."""
+        have = os.path.getsize(target) if os.path.exists(target) else 0
+        if have > size:
+            os.unlink(target)
+            have = 0
+        if have == size:
+            return 0, False
+        return (self._copy(name, target, have) if not self.http else self._download(name, target, have)), have > 0
+
+    def _copy(self, name: str, target: str, offset: int) -> int:
+        path = os.path.join(self.location, name)
+        try:
+            src = open(path, "rb")  # pylint: disable=consider-using-with
+        except OSError as exc:
+            raise StageError(f"{name} listed in the manifest is missing at the source {self.location} "
+                             f"({exc.strerror})") from exc
+        done = 0
+        with src, open(target, "ab") as out:
+            src.seek(offset)
+            for block in iter(lambda: src.read(_CHUNK), b""):
+                out.write(block)
+                done += len(block)
+        return done
+
+    def _download(self, name: str, target: str, offset: int) -> int:
+        request = urllib.request.Request(self._url(name))
+        if offset:
+            request.add_header("Range", f"bytes={offset}-")
+        done = 0
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout, context=self.context) as resp:
+                if offset and resp.status != 206:
+                    offset = 0  # the server sends the whole file: start it again
+                announced = resp.headers.get("Content-Length")
+                with open(target, "ab" if offset else "wb") as out:
+                    for block in iter(lambda: resp.read(_CHUNK), b""):
+                        out.write(block)
+                        done += len(block)
+                if announced and announced.isdigit() and done < int(announced):
+                    raise http.client.IncompleteRead(b"", int(announced) - done)
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                raise StageError(f"{name} listed in the manifest is missing at the source (HTTP 404 at "
+                                 f"{self._url(name)})") from exc
+            raise StageError(f"{name}: HTTP {exc.code} at {self._url(name)}") from exc
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+            why = getattr(exc, "reason", None) or (f"{exc.expected} bytes short" if isinstance(exc, http.client.IncompleteRead)
+                                                   else exc)
+            raise StageError(f"the download of {name} was interrupted after {offset + done} bytes "
+                             f"({why}); what arrived is kept: run again to resume") from exc
+        return done
+
+
+# -- the stage ---------------------------------------------------------------------------
+
+def layout(dest: str, revision: str) -> dict:
+    parent, name = os.path.split(os.path.abspath(dest).rstrip("/"))
+    store = os.path.join(parent, f".{name}.revisions")
+    return {"parent": parent, "name": name, "store": store, "final": os.path.join(store, revision),
+            "staging": os.path.join(store, f".staging-{revision}")}
+
+
+def current(dest: str) -> dict:
+    """What the model path is now: absent, a directory, or a symlink and its revision marker."""
+    if os.path.islink(dest):
+        target = os.path.realpath(dest)
+        marker = _read_marker(target)
+        return {"kind": "symlink", "target": target, "marker": marker}
+    if os.path.isdir(dest):
+        return {"kind": "directory", "target": dest, "marker": _read_marker(dest)}
+    if os.path.exists(dest):
+        return {"kind": "other", "target": dest, "marker": None}
+    return {"kind": "absent", "target": None, "marker": None}
+
+
+def _read_marker(directory: str) -> dict | None:
+    try:
+        with open(os.path.join(directory, MARKER), encoding="utf-8") as handle:
+            value = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def check_revision(revision: str) -> None:
+    if not isinstance(revision, str) or not _REVISION.match(revision):
+        raise StageError(f"revision {revision!r} must be 1-128 of A-Z a-z 0-9 . _ - (it names a directory)")
+
+
+def _exchange(one: str, other: str) -> bool:
+    """renameat2(RENAME_EXCHANGE): swap two paths in one step; False where the kernel or libc lacks it."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(one), at_fdcwd, os.fsencode(other), rename_exchange) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EINVAL):
+        return False
+    raise OSError(code, os.strerror(code), other)
+
+
+def swap_in(dest: str, final: str, now: float) -> str | None:
+    """Point ``dest`` at ``final`` in one step; the directory that was ``dest`` (if any) is
+    kept beside the revisions. Returns where the previous model is now, or None."""
+    temp = f"{dest}.inferops-link-{os.getpid()}"
+    if os.path.lexists(temp):
+        os.unlink(temp)
+    os.symlink(os.path.relpath(final, os.path.dirname(os.path.abspath(dest))), temp)
+    state = current(dest)
+    if state["kind"] in ("absent", "symlink"):
+        os.replace(temp, dest)
+        return state["target"]
+    if state["kind"] != "directory":
+        os.unlink(temp)
+        raise StageError(f"{dest} is neither a directory nor a symlink: nothing is changed")
+    kept = os.path.join(os.path.dirname(final), "previous-" + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now)))
+    if _exchange(temp, dest):
+        os.rename(temp, kept)  # temp now names the directory that was dest
+    else:  # no renameat2: two renames, the model path absent between them
+        os.rename(dest, kept)
+        os.replace(temp, dest)
+    return kept
+
+
+def stage(dest: str, source: Source, revision: str, manifest_name: str = MANIFEST, keep: int = 2,
+          check_mode: bool = False, now=time.time) -> dict:
+    """Stage ``revision`` from ``source`` at ``dest``. Returns changed, path, previous,
+    files, bytes, fetched_bytes, resumed, msg. StageError when refused; the model path is
+    then unchanged and the staging directory keeps what was verified or partly fetched."""
+    check_revision(revision)
+    manifest_text = source.read_text(manifest_name)
+    manifest = parse_manifest(manifest_text, f"{source.location}/{manifest_name}")
+    if manifest["revision"] not in (None, revision):
+        raise StageError(f"the source's manifest is of revision {manifest['revision']}, not {revision}: "
+                         "nothing is changed")
+    digest = hashlib.sha256(manifest_text.encode("utf-8")).hexdigest()
+    paths = layout(dest, revision)
+    total = sum(e["size"] for e in manifest["files"].values())
+    result = {"changed": False, "path": dest, "revision": revision, "previous": None, "files": len(manifest["files"]),
+              "bytes": total, "fetched_bytes": 0, "resumed": [], "manifest_sha256": digest}
+    now_state = current(dest)
+    marker = now_state["marker"] or {}
+    if (now_state["kind"] == "symlink" and marker.get("revision") == revision
+            and marker.get("manifest_sha256") == digest and not check(now_state["target"], manifest)):
+        return dict(result, msg=f"{dest} is revision {revision} already (quick check passed)")
+    if check_mode:
+        return dict(result, changed=True, msg=f"would stage revision {revision} at {dest}")
+    os.makedirs(paths["store"], mode=0o755, exist_ok=True)
+    os.makedirs(paths["staging"], mode=0o755, exist_ok=True)
+    for name, entry in manifest["files"].items():
+        target = os.path.join(paths["staging"], name)
+        os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
+        fetched, resumed = source.fetch(name, target, entry["size"])
+        result["fetched_bytes"] += fetched
+        if resumed:
+            result["resumed"].append(name)
+        size = os.path.getsize(target)
+        if size != entry["size"]:
+            raise StageError(f"{name} arrived with {size} bytes, the manifest says {entry['size']}; "
+                             "what arrived is kept: run again to resume")
+        if sha256_of(target) != entry["sha256"]:
+            os.unlink(target)
+            raise StageError(f"{name} is corrupt: its sha256 differs from the manifest's (removed from the "
+                             f"staging directory; {dest} is unchanged)")
+    with open(os.path.join(paths["staging"], MANIFEST), "w", encoding="utf-8") as handle:
+        handle.write(manifest_text)
+    problems = check(paths["staging"], manifest)
+    if problems:
+        raise StageError(f"revision {revision} fails its checks: {'; '.join(problems)}; {dest} is unchanged")
+    with open(os.path.join(paths["staging"], MARKER), "w", encoding="utf-8") as handle:
+        json.dump({"revision": revision, "source": source.location, "manifest_sha256": digest,
+                   "staged_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now())),
+                   "files": len(manifest["files"]), "bytes": total}, handle)
+    final = paths["final"]
+    if os.path.lexists(final):
+        if now_state["kind"] == "symlink" and os.path.realpath(final) == now_state["target"]:
+            # the model path points there now: the new copy gets a name of its own, so the
+            # path keeps resolving to a whole model until the symlink moves
+            final = f"{final}.{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now()))}"
+        else:
+            shutil.rmtree(final)
+    os.rename(paths["staging"], final)
+    previous = swap_in(dest, final, now())
+    result.update(changed=True, previous=previous, pruned=prune(paths["store"], final, keep),
+                  msg=f"staged revision {revision} at {dest} ({len(manifest['files'])} files, {total} bytes, "
+                      f"{result['fetched_bytes']} fetched)")
+    return result
+
+
+def prune(store: str, keep_path: str, keep: int) -> list[str]:
+    """Remove revisions beyond the newest ``keep`` (the current one always stays)."""
+    entries = [os.path.join(store, n) for n in _listing(store) if not n.startswith(".")]
+    entries = [p for p in entries if os.path.isdir(p) and not os.path.islink(p)]
+    entries.sort(key=os.path.getmtime, reverse=True)
+    kept = [keep_path] + [p for p in entries if p != keep_path][:max(0, keep - 1)]
+    removed = []
+    for path in entries:
+        if path not in kept:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(os.path.basename(path))
+    return removed

@@ -1,0 +1,190 @@
+"""Model weights staged from a mirror (plugins/module_utils/_model_stage.py): from a real HTTP
+mirror (lab/mirror/serve.py: Range requests, and a body cut after N bytes) and from a local
+directory; a corrupt shard, a missing shard and an interrupted download each refused with
+the model path unchanged; the resume; the atomic swap; the quick and full checks."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from model_helpers import make_model, publish
+from sim_helpers import REPO
+
+from ansible_collections.inferops.sglang.plugins.module_utils import _model_stage as ms
+
+SERVE = REPO / "lab" / "mirror" / "serve.py"
+
+
+class Mirror:
+    def __init__(self, directory: Path, tmp: Path, *cut: str) -> None:
+        port_file = tmp / f"port-{time.monotonic_ns()}"
+        args = [sys.executable, str(SERVE), str(directory), "--port-file", str(port_file)]
+        for item in cut:
+            args += ["--cut", item]
+        self.proc = subprocess.Popen(args, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while not port_file.exists():
+            assert time.monotonic() < deadline and self.proc.poll() is None, "the mirror did not start"
+            time.sleep(0.02)
+        self.url = f"http://127.0.0.1:{port_file.read_text()}"
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+@pytest.fixture
+def mirrors(tmp_path):
+    started: list[Mirror] = []
+
+    def start(directory: Path, *cut: str) -> Mirror:
+        started.append(Mirror(directory, tmp_path, *cut))
+        return started[-1]
+
+    yield start
+    for mirror in started:
+        mirror.stop()
+
+
+@pytest.fixture
+def published(tmp_path):
+    """Revision r1 and r2 of a model, published to mirror directories."""
+    r1 = publish(make_model(tmp_path / "build-r1", 7), tmp_path / "mirror" / "r1", "r1")
+    r2 = publish(make_model(tmp_path / "build-r2", 40), tmp_path / "mirror" / "r2", "r2")
+    return {"r1": r1, "r2": r2}
+
+
+def same_tree(one: Path, other: Path) -> bool:
+    names = sorted(p.name for p in one.iterdir() if p.name != ms.MARKER)
+    return names == sorted(p.name for p in other.iterdir() if p.name != ms.MARKER) and all(
+        (one / n).read_bytes() == (other / n).read_bytes() for n in names)
+
+
+def test_a_revision_is_staged_from_an_http_mirror_then_left_alone(tmp_path, published, mirrors):
+    dest = tmp_path / "models" / "tiny"
+    (tmp_path / "models").mkdir()
+    mirror = mirrors(published["r1"])
+    result = ms.stage(str(dest), ms.Source(mirror.url), "r1")
+    assert result["changed"] is True and result["previous"] is None
+    assert result["fetched_bytes"] == result["bytes"] and result["files"] == 4
+    assert dest.is_symlink() and os.readlink(dest) == ".tiny.revisions/r1"
+    assert same_tree(dest.resolve(), published["r1"])
+    marker = json.loads((dest / ms.MARKER).read_text())
+    assert marker["revision"] == "r1" and marker["source"] == mirror.url
+    assert ms.check(str(dest), ms.local_manifest(str(dest)), full=True) == []
+    again = ms.stage(str(dest), ms.Source(mirror.url), "r1")
+    assert again["changed"] is False and again["fetched_bytes"] == 0 and "already" in again["msg"]
+
+
+def test_a_new_revision_from_a_local_mirror_swaps_in_and_keeps_the_previous(tmp_path, published):
+    dest = tmp_path / "tiny"
+    ms.stage(str(dest), ms.Source(str(published["r1"])), "r1")
+    result = ms.stage(str(dest), ms.Source(f"file://{published['r2']}"), "r2")
+    assert result["changed"] is True and result["previous"] == str(tmp_path / ".tiny.revisions" / "r1")
+    assert os.readlink(dest) == ".tiny.revisions/r2" and same_tree(dest.resolve(), published["r2"])
+    assert (tmp_path / ".tiny.revisions" / "r1" / "config.json").exists()  # kept (keep=2)
+    ms.stage(str(dest), ms.Source(str(published["r1"])), "r1", keep=1)
+    assert sorted(os.listdir(tmp_path / ".tiny.revisions")) == ["r1"]
+
+
+def test_a_model_directory_is_exchanged_for_the_symlink_and_kept(tmp_path, published):
+    dest = make_model(tmp_path / "tiny", 99)
+    before = (dest / "config.json").read_bytes()
+    result = ms.stage(str(dest), ms.Source(str(published["r1"])), "r1")
+    assert dest.is_symlink() and same_tree(dest.resolve(), published["r1"])
+    kept = Path(result["previous"])
+    assert kept.parent == tmp_path / ".tiny.revisions" and kept.name.startswith("previous-")
+    assert (kept / "config.json").read_bytes() == before
+
+
+def test_a_corrupt_shard_is_refused_and_the_model_stays(tmp_path, published, mirrors):
+    dest = tmp_path / "tiny"
+    ms.stage(str(dest), ms.Source(str(published["r1"])), "r1")
+    shard = published["r2"] / "model-00002-of-00002.safetensors"
+    data = bytearray(shard.read_bytes())
+    data[-10] ^= 0xFF  # same size, one byte off: only the sha256 tells
+    shard.write_bytes(bytes(data))
+    mirror = mirrors(published["r2"])
+    with pytest.raises(ms.StageError, match=r"model-00002-of-00002.safetensors is corrupt: its sha256 differs"):
+        ms.stage(str(dest), ms.Source(mirror.url), "r2")
+    assert os.readlink(dest) == ".tiny.revisions/r1" and same_tree(dest.resolve(), published["r1"])
+    staging = tmp_path / ".tiny.revisions" / ".staging-r2"
+    assert not (staging / "model-00002-of-00002.safetensors").exists()  # the next run fetches it again
+    assert (staging / "model-00001-of-00002.safetensors").exists()  # verified, kept
+
+
+def test_a_missing_shard_is_refused_and_the_model_stays(tmp_path, published, mirrors):
+    dest = tmp_path / "tiny"
+    ms.stage(str(dest), ms.Source(str(published["r1"])), "r1")
+    (published["r2"] / "model-00001-of-00002.safetensors").unlink()
+    mirror = mirrors(published["r2"])
+    with pytest.raises(ms.StageError, match=r"model-00001-of-00002.safetensors listed in the manifest is missing at "
+                                            r"the source \(HTTP 404"):
+        ms.stage(str(dest), ms.Source(mirror.url), "r2")
+    with pytest.raises(ms.StageError, match="missing at the source"):
+        ms.stage(str(dest), ms.Source(str(published["r2"])), "r2")
+    assert os.readlink(dest) == ".tiny.revisions/r1" and same_tree(dest.resolve(), published["r1"])
+
+
+def test_an_interrupted_download_is_refused_kept_and_resumed(tmp_path, published, mirrors):
+    dest = tmp_path / "tiny"
+    ms.stage(str(dest), ms.Source(str(published["r1"])), "r1")
+    name = "model-00001-of-00002.safetensors"
+    cut = mirrors(published["r2"], f"{name}:100000")
+    with pytest.raises(ms.StageError, match=rf"the download of {name} was interrupted after 100000 bytes.*run again to "
+                                            "resume"):
+        ms.stage(str(dest), ms.Source(cut.url), "r2")
+    assert os.readlink(dest) == ".tiny.revisions/r1"
+    partial = tmp_path / ".tiny.revisions" / ".staging-r2" / name
+    assert partial.stat().st_size == 100000
+    whole = mirrors(published["r2"])
+    result = ms.stage(str(dest), ms.Source(whole.url), "r2")
+    assert result["changed"] is True and result["resumed"] == [name]
+    # only what was missing came over the wire: the manifest lists config.json first (whole
+    # after the first run), then the cut shard (100000 bytes kept), then the rest
+    assert list(json.loads((published["r2"] / ms.MANIFEST).read_text())["files"])[:2] == ["config.json", name]
+    assert result["fetched_bytes"] == result["bytes"] - 100000 - (published["r2"] / "config.json").stat().st_size
+    assert same_tree(dest.resolve(), published["r2"])
+
+
+def test_the_manifest_pins_the_revision_and_its_paths_stay_inside_the_model(tmp_path, published):
+    with pytest.raises(ms.StageError, match="the source's manifest is of revision r1, not r9"):
+        ms.stage(str(tmp_path / "tiny"), ms.Source(str(published["r1"])), "r9")
+    assert not (tmp_path / "tiny").exists()
+    for bad in ({"../etc/passwd": {"size": 1, "sha256": "0" * 64}}, {"/etc/shadow": {"size": 1, "sha256": "0" * 64}},
+                {"ok.json": {"size": 1, "sha256": "xyz"}}, {}):
+        with pytest.raises(ms.StageError):
+            ms.parse_manifest(json.dumps({"files": bad}), "m")
+    with pytest.raises(ms.StageError, match="neither an http"):
+        ms.Source("relative/path")
+    with pytest.raises(ms.StageError, match="revision '../x' must be"):
+        ms.stage(str(tmp_path / "tiny"), ms.Source(str(published["r1"])), "../x")
+
+
+def test_the_quick_check_finds_cut_missing_and_broken_weights_and_the_full_check_a_changed_byte(tmp_path):
+    model = make_model(tmp_path / "m")
+    manifest = ms.make_manifest(str(model), "r1")
+    assert ms.check(str(model), manifest) == [] and ms.check(str(model), None) == []
+    shard = model / "model-00002-of-00002.safetensors"
+    data = shard.read_bytes()
+    shard.write_bytes(data[:-1000])  # a cut download
+    problems = ms.check(str(model), manifest)
+    assert any("has 199" in p and "the manifest" in p for p in problems), problems
+    assert any("tensors end at byte" in p for p in ms.check(str(model), None)), "without a manifest: the header"
+    shard.write_bytes(b"garbage!" * 4)
+    assert any("does not fit" in p or "does not parse" in p for p in ms.check(str(model), None))
+    shard.unlink()
+    assert "shard model-00002-of-00002.safetensors named by model.safetensors.index.json is missing" in ms.check(
+        str(model), None)
+    shard.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    assert ms.check(str(model), manifest) == []
+    assert ms.check(str(model), manifest, full=True) == ["model-00002-of-00002.safetensors: sha256 differs from the "
+                                                         "manifest's"]
+    (tmp_path / "empty").mkdir()
+    assert "no inferops-manifest.json" in ms.check(str(tmp_path / "empty"), None)[0]
