@@ -142,25 +142,32 @@ def safetensors_problem(path: str) -> str | None:
 
 
 def check(directory: str, manifest: dict | None, full: bool = False) -> list[str]:
-    """What is wrong with a model directory (empty: nothing): the manifest's files and sizes
-    (and sha256 when ``full``), the safetensors headers, the index's shards."""
-    problems: list[str] = []
+    """What is wrong with a model directory (empty: nothing). With a manifest, it is the
+    authority: every file it lists is there with its size (and its sha256 when ``full``),
+    and each safetensors file it lists has a header that parses and tensors that end at the
+    file's end. Without one: every shard the safetensors index names is there, and every
+    safetensors file passes the header check; a directory with neither is refused."""
     if not os.path.isdir(directory):
         return [f"{directory} is not a directory"]
-    names = list(manifest["files"]) if manifest else []
-    for name in names:
-        entry = manifest["files"][name]
-        path = os.path.join(directory, name)
-        if not os.path.isfile(path):
-            problems.append(f"{name} is missing")
-            continue
-        size = os.path.getsize(path)
-        if size != entry["size"]:
-            problems.append(f"{name} has {size} bytes, the manifest {entry['size']}")
-        elif full and sha256_of(path) != entry["sha256"]:
-            problems.append(f"{name}: sha256 differs from the manifest's")
-    index = os.path.join(directory, INDEX)
+    problems: list[str] = []
+    if manifest:
+        weights = []
+        for name, entry in manifest["files"].items():
+            path = os.path.join(directory, name)
+            if not os.path.isfile(path):
+                problems.append(f"{name} is missing")
+                continue
+            size = os.path.getsize(path)
+            if size != entry["size"]:
+                problems.append(f"{name} has {size} bytes, the manifest {entry['size']}")
+                continue
+            if full and sha256_of(path) != entry["sha256"]:
+                problems.append(f"{name}: sha256 differs from the manifest's")
+            if name.endswith(".safetensors"):
+                weights.append(name)
+        return problems + _headers(directory, weights)
     shards: set[str] = set()
+    index = os.path.join(directory, INDEX)
     if os.path.isfile(index):
         try:
             with open(index, encoding="utf-8") as handle:
@@ -171,15 +178,19 @@ def check(directory: str, manifest: dict | None, full: bool = False) -> list[str
         for shard in sorted(shards):
             if safe_relpath(shard) is None or not os.path.isfile(os.path.join(directory, shard)):
                 problems.append(f"shard {shard} named by {INDEX} is missing")
-    seen = set(names) | shards | {n for n in _listing(directory) if n.endswith(".safetensors")}
-    for name in sorted(n for n in seen if n.endswith(".safetensors")):
-        path = os.path.join(directory, name)
-        if os.path.isfile(path) and not any(p.startswith(name + " ") for p in problems):
-            problem = safetensors_problem(path)
-            if problem:
-                problems.append(f"{name}: {problem}")
-    if not manifest and not shards and not any(n.endswith(".safetensors") for n in seen):
-        problems.append(f"{directory} has no {MANIFEST}, no {INDEX} and no .safetensors file to check")
+    present = [n for n in _listing(directory) if n.endswith(".safetensors") and os.path.isfile(os.path.join(directory, n))]
+    present += [s for s in sorted(shards) if s not in present and safe_relpath(s) and os.path.isfile(os.path.join(directory, s))]
+    if not shards and not present and not problems:
+        return [f"{directory} has no {MANIFEST}, no {INDEX} and no .safetensors file to check"]
+    return problems + _headers(directory, present)
+
+
+def _headers(directory: str, names: list[str]) -> list[str]:
+    problems = []
+    for name in names:
+        problem = safetensors_problem(os.path.join(directory, name))
+        if problem:
+            problems.append(f"{name}: {problem}")
     return problems
 
 
@@ -385,6 +396,16 @@ def stage(dest: str, source: Source, revision: str, manifest_name: str = MANIFES
     if (now_state["kind"] == "symlink" and marker.get("revision") == revision
             and marker.get("manifest_sha256") == digest and not check(now_state["target"], manifest)):
         return dict(result, msg=f"{dest} is revision {revision} already (quick check passed)")
+    kept = _read_marker(paths["final"]) if os.path.isdir(paths["final"]) else None
+    if (kept and kept.get("manifest_sha256") == digest and os.path.realpath(paths["final"]) != now_state["target"]
+            and not check(paths["final"], manifest)):
+        # a revision kept beside the model (the previous one): verified when it was staged,
+        # whole now (quick check): swapped back in without a download
+        if check_mode:
+            return dict(result, changed=True, msg=f"would swap the kept revision {revision} back in at {dest}")
+        previous = swap_in(dest, paths["final"], now())
+        return dict(result, changed=True, previous=previous, pruned=prune(paths["store"], paths["final"], keep),
+                    msg=f"swapped the kept revision {revision} back in at {dest} (quick check passed, nothing fetched)")
     if check_mode:
         return dict(result, changed=True, msg=f"would stage revision {revision} at {dest}")
     os.makedirs(paths["store"], mode=0o755, exist_ok=True)

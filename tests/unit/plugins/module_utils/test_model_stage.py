@@ -89,8 +89,16 @@ def test_a_new_revision_from_a_local_mirror_swaps_in_and_keeps_the_previous(tmp_
     assert result["changed"] is True and result["previous"] == str(tmp_path / ".tiny.revisions" / "r1")
     assert os.readlink(dest) == ".tiny.revisions/r2" and same_tree(dest.resolve(), published["r2"])
     assert (tmp_path / ".tiny.revisions" / "r1" / "config.json").exists()  # kept (keep=2)
-    ms.stage(str(dest), ms.Source(str(published["r1"])), "r1", keep=1)
+    back = ms.stage(str(dest), ms.Source(str(published["r1"])), "r1", keep=1)
+    # the kept revision comes back without a download; keep=1 then prunes r2
+    assert back["changed"] is True and back["fetched_bytes"] == 0 and "swapped the kept revision r1 back" in back["msg"]
+    assert os.readlink(dest) == ".tiny.revisions/r1" and same_tree(dest.resolve(), published["r1"])
     assert sorted(os.listdir(tmp_path / ".tiny.revisions")) == ["r1"]
+    # a kept revision that was damaged since is fetched again, not swapped in
+    ms.stage(str(dest), ms.Source(str(published["r2"])), "r2")
+    os.truncate(tmp_path / ".tiny.revisions" / "r1" / "config.json", 3)
+    again = ms.stage(str(dest), ms.Source(str(published["r1"])), "r1")
+    assert again["fetched_bytes"] == again["bytes"] and same_tree(dest.resolve(), published["r1"])
 
 
 def test_a_model_directory_is_exchanged_for_the_symlink_and_kept(tmp_path, published):
@@ -188,3 +196,16 @@ def test_the_quick_check_finds_cut_missing_and_broken_weights_and_the_full_check
                                                          "manifest's"]
     (tmp_path / "empty").mkdir()
     assert "no inferops-manifest.json" in ms.check(str(tmp_path / "empty"), None)[0]
+
+
+@pytest.mark.parametrize("model", ["Qwen3.6-27B", "Qwen3.6-27B-DFlash"])
+def test_the_lab_stand_in_models_carry_current_manifests(model):
+    """lab/models/* list their own files (no weights): the deploy's quick check passes on the
+    simulated hosts; without the manifest the index's 15 missing shards would refuse them."""
+    directory = str(REPO / "lab" / "models" / model)
+    manifest = ms.local_manifest(directory)
+    assert manifest["revision"] == "lab-standin"
+    assert ms.check(directory, manifest, full=True) == []
+    assert ms.make_manifest(directory, "lab-standin") == json.loads(Path(directory, ms.MANIFEST).read_text())
+    if model == "Qwen3.6-27B":
+        assert any("named by model.safetensors.index.json is missing" in p for p in ms.check(directory, None))
