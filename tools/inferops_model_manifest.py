@@ -49,7 +49,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if problems else 0
     if not args.revision:
         parser.error("--revision is required to write a manifest")
-    stage.check_revision(args.revision)
+    try:
+        stage.check_revision(args.revision)
+    except stage.StageError as exc:
+        parser.error(str(exc))
     manifest = stage.make_manifest(args.directory, args.revision)
     path = os.path.join(args.directory, stage.MANIFEST)
     with open(path + ".tmp", "w", encoding="utf-8") as handle:

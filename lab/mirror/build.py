@@ -1,4 +1,6 @@
-#!/usr/bin/env python3
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The lab's model mirror: two revisions of the real tiny model (lab/real/build.sh's),
 r1 as it is and r2 with another generation config, each with its manifest
 (tools/inferops_model_manifest.py), under OUT/tiny-qwen2/<revision>/.

@@ -1,4 +1,6 @@
-#!/usr/bin/env python3
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """A model mirror for the lab and the tests: serves a directory over HTTP with Range
 requests (206 and Content-Range, as a real mirror or object store answers), and, to
 reproduce an interrupted download, can cut one file's body after N bytes (--cut NAME:N:

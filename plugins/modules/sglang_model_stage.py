@@ -25,8 +25,14 @@ description:
     without a manifest, the index and the headers alone), and with O(verify=full) every file's sha256 too.
 author:
   - inferops.sglang contributors (@inferops)
-extends_documentation_fragment:
-  - inferops.sglang.attributes.WRITES
+attributes:
+  check_mode:
+    description: Can run in check mode and return the changed status prediction without modifying the target.
+    support: full
+    details: In check mode nothing is fetched or written; RV(msg) says what would be staged.
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: none
 options:
   path:
     description: The model path the server is given (C(--model-path)), e.g. C(/srv/models/Qwen3.6-27B).
@@ -84,6 +90,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+msg:
+  description: What was done or found.
+  returned: always
+  type: str
 path:
   description: The model path.
   returned: always
@@ -105,7 +115,7 @@ bytes:
   returned: when a manifest was read
   type: int
 fetched_bytes:
-  description: Bytes fetched by this run (less than O(bytes) after a resumed or partly staged run).
+  description: Bytes fetched by this run (less than RV(bytes) after a resumed or partly staged run).
   returned: with O(state=present)
   type: int
 resumed:
