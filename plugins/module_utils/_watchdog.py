@@ -67,6 +67,8 @@ DEFAULTS = {
     "max_tokens": 8,
 }
 REQUIRED = ("unit", "url", "service_dir")
+# Probe failures that are the watchdog's, not the server's: never counted, never a restart.
+NOT_THE_SERVER = ("config_unreadable", "unauthorized")
 RECORD_KEYS = ("time", "host", "unit", "event", "action", "failures", "invocation", "main_pid", "probe",
                "restarts_in_a_row", "backoff_s", "msg")
 # journald reads a "<N>" prefix on a service's output as the line's priority (sd-daemon(3)).
@@ -301,6 +303,11 @@ class Watchdog:
             return "inactive"
         before = dict(state)
         probe, age = self._probe()
+        if probe.get("failure") in NOT_THE_SERVER:
+            # the watchdog cannot ask (its key is unreadable or refused): a restart would not help
+            self.say("err", f"{unit_name}: the watchdog cannot probe: {probe.get('msg') or probe.get('failure')}; "
+                            "not counted")
+            return "cannot_probe"
         state, event = decide(self.s, state, probe, age, self.now())
         limit = self.s["failures"]
         what = probe.get("msg") or probe.get("failure") or ""

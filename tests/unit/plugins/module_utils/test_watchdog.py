@@ -274,10 +274,17 @@ def test_the_key_is_read_from_the_config_file_and_never_printed(tmp_path):
     assert event == "report" and "k3y-Secret-99" not in said and "********" in said
     assert "k3y-Secret-99" not in (tmp_path / "watchdog" / "state.json").read_text()
     assert "k3y-Secret-99" not in (tmp_path / "watchdog" / "history.jsonl").read_text() and records(s)[0]["event"] == "report"
+    # a key the watchdog cannot read, or one the server refuses, is the watchdog's problem:
+    # never counted, never a restart
     (tmp_path / "other").mkdir()
-    s2 = settings(tmp_path / "other", failures=5, api_key_file=str(tmp_path / "missing.yaml"))
-    event, said = one_run(s2, Host(), gate_returning())
-    assert event == "failed" and "probe 1/5 failed" in said and "missing.yaml" in said
+    s2 = settings(tmp_path / "other", failures=1, api_key_file=str(tmp_path / "missing.yaml"))
+    host = Host()
+    event, said = one_run(s2, host, gate_returning())
+    assert event == "cannot_probe" and "the watchdog cannot probe" in said and "missing.yaml" in said
+    refused = dict(WEDGED, failure="unauthorized", msg="unauthorized: /v1/models answered HTTP 401")
+    s3 = settings(tmp_path / "other", failures=1)
+    event, said = one_run(s3, host, gate_returning(refused))
+    assert event == "cannot_probe" and host.restarts() == 0 and said.startswith("<3>")
 
 
 def test_a_service_never_deployed_is_not_watched(tmp_path):
