@@ -29,7 +29,9 @@ def role(*extra: str) -> subprocess.CompletedProcess:
     for item in extra:
         argv += ["-e", item]
     env = {**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0"}
-    return subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False, env=env)
+    # one stream: a task's failure goes to stderr, the rest to stdout
+    return subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600, check=False,
+                          env=env)
 
 
 def sums(directory: str) -> dict[str, str]:
