@@ -15,23 +15,13 @@ it, or the path itself): plugins/module_utils/_model_stage.py, the same code.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from _collection import load
 
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "plugins" / "module_utils" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-stage = _load("_model_stage")
+stage = load("_model_stage")
 
 
 def main(argv: list[str] | None = None) -> int:

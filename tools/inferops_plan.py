@@ -19,25 +19,14 @@ another YAML file with sglang_service_variants (an inventory's group_vars, say).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from _collection import ROOT, load
 
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "plugins" / "module_utils" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-# The module utilities import each other by bare name outside a collection.
-sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
-memplan = _load("_memplan")
-variants_mod = _load("_variants")
+memplan = load("_memplan")
+variants_mod = load("_variants")
 
 
 def _value(text: str):
