@@ -36,7 +36,6 @@ import shutil
 import struct
 import time
 import urllib.error
-import urllib.request
 from urllib.parse import quote, urlsplit
 
 MANIFEST = "inferops-manifest.json"
@@ -223,10 +222,17 @@ class Source:
             self.location = urlsplit(location).path.rstrip("/")
         if not self.http and not os.path.isabs(self.location):
             raise StageError(f"source {location!r} is neither an http(s) URL nor an absolute path")
-        self.context = None
-        if self.http and urlsplit(location).scheme == "https" and not validate_certs:
-            import ssl
-            self.context = ssl._create_unverified_context()  # pylint: disable=protected-access
+        self.validate_certs = validate_certs
+
+    def _open(self, name: str, headers: dict | None = None):
+        """GET one file with Ansible's own HTTP client (proxies, redirects, TLS checks). Imported
+        here: the checks and the manifest (tools/inferops_model_manifest.py) run without Ansible."""
+        from ansible.module_utils import urls  # pylint: disable=import-outside-toplevel
+        try:
+            return urls.open_url(self._url(name), headers=headers or {}, timeout=self.timeout,
+                                 validate_certs=self.validate_certs, follow_redirects="safe")
+        except urls.ConnectionError as exc:  # a TLS check or a proxy that failed: not an HTTP answer
+            raise OSError(str(exc)) from exc
 
     def _url(self, name: str) -> str:
         return f"{self.location}/{quote(name)}"
@@ -239,7 +245,7 @@ class Source:
             except OSError as exc:
                 raise StageError(f"{name} cannot be read at the source {self.location}: {exc.strerror}") from exc
         try:
-            with urllib.request.urlopen(self._url(name), timeout=self.timeout, context=self.context) as resp:
+            with self._open(name) as resp:
                 return resp.read(16 << 20).decode("utf-8")
         except urllib.error.HTTPError as exc:
             raise StageError(f"{name} at {self._url(name)}: HTTP {exc.code}") from exc
@@ -272,12 +278,9 @@ class Source:
         return done
 
     def _download(self, name: str, target: str, offset: int) -> int:
-        request = urllib.request.Request(self._url(name))
-        if offset:
-            request.add_header("Range", f"bytes={offset}-")
         done = 0
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout, context=self.context) as resp:
+            with self._open(name, {"Range": f"bytes={offset}-"} if offset else None) as resp:
                 if offset and resp.status != 206:
                     offset = 0  # the server sends the whole file: start it again
                 announced = resp.headers.get("Content-Length")
