@@ -134,6 +134,8 @@ def decide(settings: dict, state: dict, probe: dict, age: float | None, now: flo
             return state, "failed"
         state["reported"] = True
         return state, "report"
+    if state["reported"]:
+        return state, "failed"  # not restarted for a reason a probe cannot change (said once)
     wait = backoff_for(settings, state["restarts_in_a_row"])
     if state["last_restart"] is not None and now - state["last_restart"] < wait:
         if state["held_back"]:
@@ -347,6 +349,10 @@ class Watchdog:
                 state = dict(fresh_state(None), restarts_in_a_row=state["restarts_in_a_row"] + 1,
                              last_restart=self.now())
                 state["invocation"] = self._unit().get("InvocationID") or None
+            elif event == "restart_failed":  # tried: the backoff applies to the next try
+                state.update(restarts_in_a_row=state["restarts_in_a_row"] + 1, last_restart=self.now())
+            elif event == "interrupted_switch":  # said once, until the next deploy or a recovery
+                state["reported"] = True
         if state != before or saved != state:
             _write_json(self.state_file, state)
         return event

@@ -244,6 +244,9 @@ def test_an_interrupted_switch_is_not_restarted(tmp_path):
     event, said = one_run(s, host, gate_returning(WEDGED))
     assert event == "interrupted_switch" and host.restarts() == 0
     assert "a switch was interrupted (switch.json)" in said and said.startswith("<3>")
+    # said and recorded once, not at every probe, until the next deploy (another run) or a recovery
+    assert one_run(s, host, gate_returning(WEDGED))[0] == "failed"
+    assert [r["event"] for r in records(s)] == ["interrupted_switch"] and host.restarts() == 0
 
 
 def test_a_failed_restart_is_recorded_as_such(tmp_path):
@@ -253,6 +256,8 @@ def test_a_failed_restart_is_recorded_as_such(tmp_path):
     event, said = one_run(s, host, gate_returning(WEDGED))
     assert event == "restart_failed" and "Job for sglang-qwen.service failed." in said
     assert records(s)[0]["event"] == "restart_failed" and not lockfile(s).exists()
+    # a failed try counts as a restart for the backoff: the next probe does not try again at once
+    assert one_run(s, host, gate_returning(WEDGED))[0] == "held_back" and host.restarts() == 1
 
 
 def test_report_mode_never_restarts(tmp_path):
