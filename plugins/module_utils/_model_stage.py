@@ -38,6 +38,11 @@ import time
 import urllib.error
 from urllib.parse import quote, urlsplit
 
+try:
+    from ansible_collections.inferops.sglang.plugins.module_utils import _state_files as files
+except ImportError:  # loaded from the tree (tools/)
+    import _state_files as files  # type: ignore[no-redef]
+
 MANIFEST = "inferops-manifest.json"
 MARKER = ".inferops-model.json"
 INDEX = "model.safetensors.index.json"
@@ -326,12 +331,7 @@ def current(dest: str) -> dict:
 
 
 def _read_marker(directory: str) -> dict | None:
-    try:
-        with open(os.path.join(directory, MARKER), encoding="utf-8") as handle:
-            value = json.load(handle)
-    except (OSError, ValueError):
-        return None
-    return value if isinstance(value, dict) else None
+    return files.read_json(os.path.join(directory, MARKER))
 
 
 def check_revision(revision: str) -> None:

@@ -44,6 +44,8 @@ import sys
 import time
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _deploy_lock as lock
+from ansible_collections.inferops.sglang.plugins.module_utils import _deploy_metrics
+from ansible_collections.inferops.sglang.plugins.module_utils import _state_files as files
 from ansible_collections.inferops.sglang.plugins.module_utils import _readiness as readiness
 from ansible_collections.inferops.sglang.plugins.module_utils._http import Client
 
@@ -65,6 +67,7 @@ DEFAULTS = {
     "endpoint": "generate",
     "prompt": "The capital city of France is",
     "max_tokens": 8,
+    "textfile_dir": None,
 }
 REQUIRED = ("unit", "url", "service_dir")
 # Probe failures that are the watchdog's, not the server's: never counted, never a restart.
@@ -184,29 +187,6 @@ class ProbeWatcher(readiness.UnitWatcher):
         return super()._journal(match, cursor, trusted)
 
 
-def _read_json(path: str) -> dict | None:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            value = json.load(handle)
-    except (OSError, ValueError):
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def _write_json(path: str, value: dict) -> None:
-    temp = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(value, handle)
-    os.replace(temp, path)
-
-
-def _append(path: str, record: dict) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    with os.fdopen(fd, "a", encoding="utf-8") as handle:
-        handle.write(json.dumps(record) + "\n")
-
-
 class Watchdog:
     """One run against the host: ``run()`` returns the event and prints the journal line."""
 
@@ -264,7 +244,12 @@ class Watchdog:
             main_pid=int(unit.get("MainPID") or 0) or None, restarts_in_a_row=state["restarts_in_a_row"],
             backoff_s=backoff_for(self.s, state["restarts_in_a_row"]), msg=msg,
             probe={k: (probe or {}).get(k) for k in ("failure", "phase", "cause", "detail", "elapsed")} if probe else None)
-        _append(self.records, json.loads(self._masked(json.dumps(record))))
+        files.append_line(self.records, self._masked(json.dumps(record)))
+        if self.s.get("textfile_dir"):
+            try:
+                _deploy_metrics.refresh(self.s["service_dir"], self.s["unit"], self.s["textfile_dir"])
+            except OSError as exc:
+                self.say("warning", f"{self.s['unit']}: the deploy state for node_exporter was not written: {exc}")
 
     def _restart(self, state: dict, unit: dict, probe: dict) -> tuple[str, str]:
         holder = {"service": self.s["unit"], "variant": None, "controller_user": "root (watchdog)",
@@ -294,12 +279,12 @@ class Watchdog:
             self.say("info", f"{unit_name}: a deploy holds the host's lock ({deploying}); not probing")
             return "deploying"
         unit = self._unit()
-        saved = _read_json(self.state_file) or {}
+        saved = files.read_json(self.state_file) or {}
         invocation = unit.get("InvocationID") or None
         state = dict(fresh_state(invocation), **saved) if saved.get("invocation") == invocation else fresh_state(invocation)
         if unit.get("ActiveState") != "active":
             if saved != fresh_state(invocation):
-                _write_json(self.state_file, fresh_state(invocation))
+                files.replace(self.state_file, json.dumps(fresh_state(invocation)))
             self.say("info", f"{unit_name} is {unit.get('ActiveState', '?')}/{unit.get('SubState', '?')}: "
                              "nothing to probe (systemd and the deploy own a unit that is not running)")
             return "inactive"
@@ -354,7 +339,7 @@ class Watchdog:
             elif event == "interrupted_switch":  # said once, until the next deploy or a recovery
                 state["reported"] = True
         if state != before or saved != state:
-            _write_json(self.state_file, state)
+            files.replace(self.state_file, json.dumps(state))
         return event
 
 

@@ -97,6 +97,12 @@ options:
         C(staging/) only (an unchanged host).
     type: bool
     default: true
+  textfile_dir:
+    description:
+      - node_exporter's textfile directory (O(step=record)); the service's deploy state is written there as
+        C(inferops_sglang_<service>.prom), rewritten from C(history.jsonl) and the watchdog's history, also for an
+        unchanged host. Unset, nothing is written.
+    type: path
   service:
     description: The running service as recorded (C(argv), C(sglang_version), C(gpu_devices); RV(before)) (O(step=figures)).
     type: dict
@@ -157,6 +163,10 @@ known_good:
   description: O(step=figures). The running service's newest figures under that load (with variant, time, load), or null.
   returned: step is figures
   type: dict
+textfile_changed:
+  description: O(step=record). The deploy state's textfile was rewritten (O(textfile_dir)).
+  returned: step is record
+  type: bool
 pruned:
   description: O(step=record). Attempt directories removed (beyond O(keep_attempts)).
   returned: step is record
@@ -173,15 +183,8 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _bench
 from ansible_collections.inferops.sglang.plugins.module_utils import _deploy
-
-
-def _read_json(path: str) -> dict | None:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+from ansible_collections.inferops.sglang.plugins.module_utils import _deploy_metrics
+from ansible_collections.inferops.sglang.plugins.module_utils._state_files import append_line, read_json, read_jsonl
 
 
 def _sha1(path: str) -> str | None:
@@ -199,11 +202,11 @@ def _inspect(module: AnsibleModule) -> dict:
         rc, out, _err = module.run_command(["systemctl", "show", "-p", "ActiveState,LoadState", "--", p["unit"]])
         props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line) if rc == 0 else {}
         active, loaded = props.get("ActiveState") == "active", props.get("LoadState") == "loaded"
-    current = _read_json(os.path.join(p["service_dir"], "current.json"))
+    current = read_json(os.path.join(p["service_dir"], "current.json"))
     marker_path = os.path.join(p["service_dir"], "switch.json")
     unit_name = p["files"][0]["name"] if p["files"] else None
     known_good = bool(unit_name) and os.path.exists(os.path.join(p["service_dir"], "known-good", unit_name))
-    known_good_record = _read_json(os.path.join(p["service_dir"], "known-good", "current.json"))
+    known_good_record = read_json(os.path.join(p["service_dir"], "known-good", "current.json"))
     config = [f["src"] for f in p["files"] if f["src"].endswith((".yaml", ".yml")) and os.path.isfile(f["src"])]
     return {"before": {
         "active": active,
@@ -213,7 +216,7 @@ def _inspect(module: AnsibleModule) -> dict:
         "url": _deploy.url_of((current or {}).get("argv")),
         "api_key_file": config[0] if config else None,
         "interrupted": os.path.exists(marker_path),
-        "marker": _read_json(marker_path),
+        "marker": read_json(marker_path),
         "known_good": known_good,
         "known_good_variant": (known_good_record or {}).get("variant") if known_good else None,
         "known_good_argv": (known_good_record or {}).get("argv") if known_good else None,
@@ -239,19 +242,9 @@ def _restore(module: AnsibleModule) -> dict:
     p = module.params
     kg = os.path.join(p["service_dir"], "known-good")
     present = {f["name"]: os.path.isfile(os.path.join(kg, f["name"])) for f in p["files"]}
-    plan = _deploy.restore_plan(present, _read_json(os.path.join(kg, "current.json")), p["saved_this_run"],
+    plan = _deploy.restore_plan(present, read_json(os.path.join(kg, "current.json")), p["saved_this_run"],
                                 p["baseline"], [{k: f[k] for k in ("name", "src", "mode")} for f in p["files"]], p["url"])
     return {"plan": plan}
-
-
-def _append_line(path: str, line: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-        os.write(fd, (line + "\n").encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _record(module: AnsibleModule) -> dict:
@@ -260,7 +253,8 @@ def _record(module: AnsibleModule) -> dict:
         rec = _deploy.record(dict(p["fields"] or {}, run_id=p["run_id"]))
     except _deploy.DeployStateError as exc:
         module.fail_json(msg=f"deploy record: {exc}")
-    result = {"record": rec, "summary": _deploy.summary_text(rec, p["service_dir"]), "pruned": [], "changed": False}
+    result = {"record": rec, "summary": _deploy.summary_text(rec, p["service_dir"]), "pruned": [], "changed": False,
+              "textfile_changed": False}
     check = rec.get("plan_check") or {}
     if check.get("differs"):
         module.warn(f"{rec.get('host')}: {rec.get('variant')}: {check['msg']} (tolerance {check['tolerance']:.0%}): "
@@ -276,9 +270,20 @@ def _record(module: AnsibleModule) -> dict:
             shutil.rmtree(path, ignore_errors=True)
         else:
             os.unlink(path)
-    if not p["history"]:
-        return result
-    _append_line(os.path.join(p["service_dir"], "history.jsonl"), json.dumps(rec, sort_keys=False))
+    if p["history"]:
+        _append_history(p, rec, result)
+    if p["textfile_dir"]:
+        try:
+            result["textfile_changed"] = _deploy_metrics.refresh(p["service_dir"], str(rec.get("service")), p["textfile_dir"])
+        except OSError as exc:
+            module.warn(f"the deploy state for node_exporter was not written to {p['textfile_dir']}: {exc}")
+        result["changed"] = result["changed"] or result["textfile_changed"]
+    return result
+
+
+def _append_history(p: dict, rec: dict, result: dict) -> None:
+    """Append the record, clear the marker (unless the rollback failed), prune the attempts."""
+    append_line(os.path.join(p["service_dir"], "history.jsonl"), json.dumps(rec, sort_keys=False))
     result["changed"] = True
     if rec["outcome"] != "rollback_failed":
         marker = os.path.join(p["service_dir"], "switch.json")
@@ -289,22 +294,6 @@ def _record(module: AnsibleModule) -> dict:
     for name in _deploy.attempts_to_prune(names, p["keep_attempts"]):
         shutil.rmtree(os.path.join(attempts, name))
         result["pruned"].append(name)
-    return result
-
-
-def _history(path: str) -> list[dict]:
-    """history.jsonl's records, oldest first; a line that does not parse (a write cut short) is skipped."""
-    records = []
-    try:
-        with open(path, encoding="utf-8") as handle:
-            for line in handle:
-                try:
-                    records.append(json.loads(line))
-                except ValueError:
-                    continue
-    except OSError:
-        return []
-    return records
 
 
 def _figures(module: AnsibleModule) -> dict:
@@ -314,7 +303,7 @@ def _figures(module: AnsibleModule) -> dict:
         load = _bench.plan_load(params.get("max_running_requests"), params.get("context_length"), p["load"])
     except _bench.BenchError as exc:
         module.fail_json(msg=f"sglang_service_perf_load: {exc}")
-    records = _history(os.path.join(p["service_dir"], "history.jsonl")) if p["service"] else []
+    records = read_jsonl(os.path.join(p["service_dir"], "history.jsonl")) if p["service"] else []
     return {"load": load, "known_good": _bench.known_good(records, p["service"] or {}, load)}
 
 
@@ -338,6 +327,7 @@ def main() -> None:
             fields=dict(type="dict"),
             keep_attempts=dict(type="int", default=20),
             history=dict(type="bool", default=True),
+            textfile_dir=dict(type="path"),
             service=dict(type="dict"),
             variant_params=dict(type="dict", default={}),
             load=dict(type="dict", default={}),

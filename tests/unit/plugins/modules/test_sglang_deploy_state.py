@@ -147,3 +147,29 @@ def test_figures_finds_the_running_services_measurement_written_by_an_earlier_re
     assert code == 0 and got["load"]["max_tokens"] == 64 and got["known_good"] is None
     code, got = run(capsys, step="figures", service_dir=str(state), load={"rounds": 0})
     assert code == 1 and got["msg"] == "sglang_service_perf_load: load.rounds must be an integer in [1, 4096], got 0"
+
+
+def test_record_writes_the_deploy_state_for_node_exporter_also_for_an_unchanged_host(tmp_path, capsys):
+    """The textfile is rewritten from history.jsonl at each record: after a rollback it says so; an
+    unchanged host's record (no history line) writes it when it is missing and changes nothing after."""
+    state = layout(tmp_path)[0]
+    textfiles = tmp_path / "node-exporter"
+    prom = textfiles / "inferops_sglang_u.service.prom"
+    code, result = run(capsys, step="record", service_dir=str(state), run_id="run1", textfile_dir=str(textfiles),
+                       fields={"service": "u.service", "variant": "balanced", "outcome": "rolled_back",
+                               "time": "2026-12-03T02:00:00Z",
+                               "verdict": {"ready": False, "failure": "unit_failed", "cause": "CUDA error"},
+                               "rollback": {"variant": "nextn", "ready": True}})
+    assert code == 0 and result["changed"] and result["textfile_changed"]
+    text = prom.read_text()
+    assert 'inferops_sglang_deploy_info{outcome="rolled_back",run_id="run1",running="nextn",service="u.service"' in text
+    assert 'inferops_sglang_rollbacks_total{service="u.service"} 1' in text
+    prom.unlink()
+    code, result = run(capsys, step="record", service_dir=str(state), run_id="run2", history=False,
+                       textfile_dir=str(textfiles),
+                       fields={"service": "u.service", "variant": "nextn", "outcome": "unchanged", "verdict": {"ready": True}})
+    assert code == 0 and result["changed"] and prom.read_text() == text  # from the history, not this record
+    code, result = run(capsys, step="record", service_dir=str(state), run_id="run3", history=False,
+                       textfile_dir=str(textfiles),
+                       fields={"service": "u.service", "variant": "nextn", "outcome": "unchanged", "verdict": {"ready": True}})
+    assert code == 0 and not result["changed"]

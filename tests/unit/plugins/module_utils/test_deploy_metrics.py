@@ -1,0 +1,131 @@
+"""_deploy_metrics: a service's deploy state as node_exporter textfile metrics, from its records;
+_state_files: the small state files it and the deploy state module read and write."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from datetime import datetime, timezone
+
+import pytest
+
+from ansible_collections.inferops.sglang.plugins.module_utils import _deploy_metrics as dm
+from ansible_collections.inferops.sglang.plugins.module_utils import _state_files as files
+
+SERVICE = "sglang-qwen.service"
+
+
+def deploy(outcome, variant, time_, ready=True, failure=None, cause=None, running=None, perf=None, run_id="r"):
+    rec = {"time": time_, "service": SERVICE, "run_id": run_id, "variant": variant, "outcome": outcome,
+           "running": running if running is not None else (variant if outcome in ("switched", "unchanged") else "nextn"),
+           "sglang_version": "0.5.11", "verdict": {"ready": ready, "failure": failure, "cause": cause}}
+    if perf:
+        rec["performance"] = {"measured_ok": True, "figures": perf}
+    return rec
+
+
+def samples(text):
+    """{(sample name, frozenset(labels)): value} of a text exposition, read back with the parser."""
+    out = {}
+    for family in dm.parse(text).values():
+        for name, labels, value in family["samples"]:
+            out[(name, frozenset(labels.items()))] = value
+    return out
+
+
+def value(text, name, **labels):
+    labels.setdefault("service", SERVICE)
+    return samples(text)[(name, frozenset(labels.items()))]
+
+
+def test_a_switch_then_a_rollback_read_as_the_last_outcome_and_counts():
+    records = [
+        deploy("switched", "nextn", "2026-12-03T01:00:00Z", perf={"output_tokens_per_s": 812.5, "ttft_p95": 0.12,
+                                                                  "accept_length": None}),
+        deploy("rolled_back", "balanced", "2026-12-03T02:00:00Z", ready=False, failure="unit_failed",
+               cause='CUDA error: "no kernel image"\nat line 3', run_id="r2"),
+    ]
+    text = dm.textfile(SERVICE, records)
+    assert value(text, "inferops_sglang_deploy_info", variant="balanced", outcome="rolled_back", running="nextn",
+                 sglang_version="0.5.11", run_id="r2") == 1
+    assert value(text, "inferops_sglang_deploy_timestamp_seconds") == datetime(2026, 12, 3, 2, tzinfo=timezone.utc).timestamp()
+    assert value(text, "inferops_sglang_deploy_healthy") == 1  # rolled back: the known-good serves
+    assert value(text, "inferops_sglang_deploy_gate_ready") == 0
+    # the cause keeps its quote and newline through the escaping (whitespace folded to one line)
+    assert value(text, "inferops_sglang_deploy_verdict_info", variant="balanced", failure="unit_failed",
+                 cause='CUDA error: "no kernel image" at line 3') == 1
+    assert value(text, "inferops_sglang_deploys_total", outcome="switched") == 1
+    assert value(text, "inferops_sglang_deploys_total", outcome="rolled_back") == 1
+    assert value(text, "inferops_sglang_deploys_total", outcome="rollback_failed") == 0
+    assert value(text, "inferops_sglang_rollbacks_total") == 1
+    # the newest measurement's figures (the rollback measured nothing); None figures are left out
+    assert value(text, "inferops_sglang_perf_figure", variant="nextn", figure="output_tokens_per_s") == 812.5
+    assert value(text, "inferops_sglang_perf_figure", variant="nextn", figure="ttft_p95") == 0.12
+    assert not [k for k in samples(text) if ("figure", "accept_length") in k[1]]
+    families = dm.parse(text)
+    assert families["inferops_sglang_deploys_total"]["type"] == "counter"
+    assert families["inferops_sglang_deploy_info"]["type"] == "gauge"
+
+
+def test_a_failed_rollback_is_not_healthy_and_nothing_serves():
+    text = dm.textfile(SERVICE, [deploy("rollback_failed", "balanced", "2026-12-03T02:00:00Z", ready=False,
+                                        failure="timeout", cause="", running="")])
+    assert value(text, "inferops_sglang_deploy_healthy") == 0
+    assert value(text, "inferops_sglang_rollbacks_total") == 1
+    assert value(text, "inferops_sglang_deploy_info", variant="balanced", outcome="rollback_failed", running="",
+                 sglang_version="0.5.11", run_id="r") == 1
+
+
+def test_watchdog_events_are_counted_by_event():
+    events = [{"time": "2026-12-03T03:00:00Z", "event": "restarted"}, {"time": "2026-12-03T03:05:00Z", "event": "restarted"},
+              {"time": "2026-12-03T03:06:00Z", "event": "recovered"}, {"time": "x", "event": "not-an-event"}]
+    text = dm.textfile(SERVICE, [], events)
+    assert value(text, "inferops_sglang_watchdog_events_total", event="restarted") == 2
+    assert value(text, "inferops_sglang_watchdog_events_total", event="recovered") == 1
+    assert value(text, "inferops_sglang_watchdog_events_total", event="held_back") == 0
+    assert value(text, "inferops_sglang_watchdog_last_event_timestamp_seconds") == datetime(2026, 12, 3, 3, 6, tzinfo=timezone.utc).timestamp()
+    assert "deploy_info" not in text
+    assert dm.textfile(SERVICE, [], []) == ""
+
+
+def test_refresh_writes_once_world_readable_and_in_one_step(tmp_path):
+    service_dir = tmp_path / "state"
+    (service_dir / "watchdog").mkdir(parents=True)
+    (service_dir / "history.jsonl").write_text(json.dumps(deploy("switched", "nextn", "2026-12-03T01:00:00Z")) + "\n"
+                                               + '{"cut short\n')
+    out = tmp_path / "textfile"
+    assert dm.refresh(str(service_dir), SERVICE, str(out)) is True
+    path = out / "inferops_sglang_sglang-qwen.service.prom"
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
+    mtime = os.stat(path).st_mtime_ns
+    assert dm.refresh(str(service_dir), SERVICE, str(out)) is False  # the same records: not rewritten
+    assert os.stat(path).st_mtime_ns == mtime
+    assert value(path.read_text(), "inferops_sglang_deploys_total", outcome="switched") == 1
+    files.append_line(str(service_dir / "watchdog" / "history.jsonl"),
+                      json.dumps({"time": "2026-12-03T03:00:00Z", "event": "restarted"}))
+    assert dm.refresh(str(service_dir), SERVICE, str(out)) is True
+    assert value(path.read_text(), "inferops_sglang_watchdog_events_total", event="restarted") == 1
+    assert [p.name for p in out.iterdir()] == [path.name]  # no temporary file left behind
+
+
+def test_the_parser_refuses_what_is_not_the_text_format():
+    with pytest.raises(ValueError, match="not a sample"):
+        dm.parse("sglang:num_requests_total{a=\"1\"}\n")
+    with pytest.raises(ValueError, match="bad labels"):
+        dm.parse('x{a=1} 2\n')
+    histogram = dm.parse('# TYPE h histogram\nh_bucket{le="+Inf"} 3.0\nh_sum 1.5\nh_count 3.0\n')
+    assert histogram["h"]["type"] == "histogram" and len(histogram["h"]["samples"]) == 3
+
+
+def test_state_files_read_what_parses_and_replace_only_on_change(tmp_path):
+    assert files.read_json(str(tmp_path / "missing.json")) is None
+    (tmp_path / "list.json").write_text("[1]")
+    assert files.read_json(str(tmp_path / "list.json")) is None
+    (tmp_path / "h.jsonl").write_text('{"a": 1}\n[2]\n{"cut\n{"b": 2}\n')
+    assert files.read_jsonl(str(tmp_path / "h.jsonl")) == [{"a": 1}, {"b": 2}]
+    target = str(tmp_path / "f")
+    assert files.replace(target, "one", 0o600) is True
+    assert files.replace(target, "one", 0o600) is False
+    assert files.replace(target, "one", 0o644) is True  # the mode alone differs
+    assert stat.S_IMODE(os.stat(target).st_mode) == 0o644
