@@ -26,6 +26,7 @@ mmdebstrap --quiet --variant=apt --include="$packages" \
   --customize-hook='echo -n > "$1/etc/machine-id"' \
   --customize-hook='rm -f "$1/etc/hostname"' \
   --customize-hook='chroot "$1" systemctl mask getty@tty1.service console-getty.service systemd-logind.service >/dev/null 2>&1 || true' \
+  --customize-hook='chroot "$1" systemctl disable prometheus.service >/dev/null 2>&1 || true' \
   bookworm "$work/rootfs.tar" >&2
 podman import --quiet --change 'CMD ["/sbin/init"]' --change 'STOPSIGNAL SIGRTMIN+3' \
   "$work/rootfs.tar" "$image" >/dev/null

@@ -365,6 +365,24 @@ FACTS = (
     Fact("graph_hint_names_decode_flags", (0, 5, 14), None, True, "0.5.14 runner_backend_utils/__init__.py:14-21",
          ((_SRT,), r"--cuda-graph-max-bs-decode to a smaller")),
 
+    # ------------------------------------------------------------------ metrics (--enable-metrics)
+    # the request counters and latency histograms gain an is_streaming label ("true"/"false"):
+    # e2e_request_latency_seconds, time_to_first_token_seconds, prompt_tokens_total,
+    # generation_tokens_total, num_requests_total (measured on real 0.5.11 and 0.5.23 servers:
+    # lab/real/metrics-facts.md)
+    Fact("metrics_is_streaming_label", FIRST, (0, 5, 16), False,
+         "0.5.16 srt/observability/metrics_collector.py (no is_streaming label)", _NEXT),
+    Fact("metrics_is_streaming_label", (0, 5, 17), None, True,
+         "0.5.17 srt/observability/metrics_collector.py:1484-1489, 0.5.23 :1858,1863,1943,2046",
+         (("srt/observability/", "srt/metrics/"), r'labelnames=.*"is_streaming"')),
+    # 0.5.17 also replaced the startup gauges engine_startup_time/engine_load_weights_time
+    # (0.5.11 metrics_collector.py:851,857) by startup_time_seconds{phase} (0.5.17 :1469)
+    Fact("metrics_startup_time_by_phase", FIRST, (0, 5, 16), False,
+         "0.5.11 srt/observability/metrics_collector.py:851: sglang:engine_startup_time", _NEXT),
+    Fact("metrics_startup_time_by_phase", (0, 5, 17), None, True,
+         "0.5.17 srt/observability/metrics_collector.py:1469, 0.5.23 :1843: sglang:startup_time_seconds",
+         (("srt/observability/", "srt/metrics/"), r'"sglang:startup_time_seconds"')),
+
     # ------------------------------------------------------------------ CUDA libraries
     # the CUDA libraries each release line's kernel package opens with ctypes ({major}: the
     # toolkit's CUDA major version); sgl-kernel preloads the runtime RTLD_GLOBAL on import

@@ -183,12 +183,15 @@ def check(params: dict) -> list[str]:
 
 def argv(params: dict, server: dict, version: tuple[int, int, int]) -> list[str]:
     """The server's flags for this SGLang version. ``server`` holds the host's
-    model_path, served_model_name, host, port, tp_size and draft_model_path."""
+    model_path, served_model_name, host, port, tp_size, draft_model_path and enable_metrics
+    (--enable-metrics: /metrics on the server's port, every release from 0.5.9)."""
     out = ["--model-path", str(server["model_path"])]
     if server.get("served_model_name"):
         out += ["--served-model-name", str(server["served_model_name"])]
     out += ["--host", str(server.get("host", "127.0.0.1")), "--port", str(server.get("port", 30000)),
             "--tp-size", str(server["tp_size"])]
+    if server.get("enable_metrics"):
+        out.append("--enable-metrics")
     algo = params.get("speculative_algorithm")
     if algo:
         out += ["--speculative-algorithm", str(algo)]

@@ -66,6 +66,15 @@ options:
     description: Port the server listens on.
     type: int
     default: 30000
+  metrics:
+    description:
+      - Render C(--enable-metrics): the server exposes Prometheus metrics on C(/metrics) at its own port
+        (no API key needed there: 0.5.11 C(srt/utils/auth.py:100), 0.5.23 C(:101-105)).
+      - Real SGLang keeps the metrics' multiprocess files in a temporary directory (C(PROMETHEUS_MULTIPROC_DIR) unset:
+        C(tempfile.TemporaryDirectory()), 0.5.11 C(srt/utils/common.py:1394-1409)); the unit's C(PrivateTmp=yes) gives each
+        start an empty one, removed at stop, so no count of an earlier run is summed into a new one.
+    type: bool
+    default: false
   tp_size:
     description: Tensor-parallel size; must equal the number of O(gpu_devices).
     type: int
@@ -202,6 +211,7 @@ def main() -> None:
             draft_model_path=dict(type="path"),
             read_write_paths=dict(type="list", elements="str", default=[]),
             bind_host=dict(type="str", default="127.0.0.1"),
+            metrics=dict(type="bool", default=False),
             port=dict(type="int", default=30000),
             tp_size=dict(type="int", required=True),
             gpu_devices=dict(type="list", elements="int", required=True),
@@ -256,7 +266,8 @@ def main() -> None:
     if problem:
         errors.append(problem)
     server = dict(model_path=p["model_path"], served_model_name=p["served_model_name"], host=p["bind_host"],
-                  port=p["port"], tp_size=p["tp_size"], draft_model_path=p["draft_model_path"])
+                  port=p["port"], tp_size=p["tp_size"], draft_model_path=p["draft_model_path"],
+                  enable_metrics=p["metrics"])
     args: list[str] = []
     if version_text and not errors:
         try:

@@ -24,6 +24,7 @@ import pytest
 from real_sglang import ExitClock, RealServer, free_port, model_max, session_pids
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _bench
+from ansible_collections.inferops.sglang.plugins.module_utils import _deploy_metrics
 from ansible_collections.inferops.sglang.plugins.module_utils import _drain
 from ansible_collections.inferops.sglang.plugins.module_utils import _http
 from ansible_collections.inferops.sglang.plugins.module_utils import _readiness as r
@@ -122,9 +123,10 @@ def requests_for(server: RealServer, paths: tuple[str, ...]) -> int:
 
 @pytest.fixture(scope="module")
 def shared(real, tmp_path_factory):
-    """One real 0.5.11 server with an API key, started when the first case needs it: the
-    first gate waits through its real load."""
-    server = RealServer(real, "0.5.11", tmp_path_factory.mktemp("shared") / "shared.log", args=("--api-key", KEY))
+    """One real 0.5.11 server with an API key and --enable-metrics (as the role renders it), started
+    when the first case needs it: the first gate waits through its real load."""
+    server = RealServer(real, "0.5.11", tmp_path_factory.mktemp("shared") / "shared.log",
+                        args=("--api-key", KEY, "--enable-metrics"))
     yield server
     server.stop()
 
@@ -183,6 +185,50 @@ def test_ready_with_a_real_generation_0_5_11(shared):
     assert result["server"]["chunked_prefill_size"] == 2048
     note("ready 0.5.11", load_to_ready=time.monotonic() - started, http=result["phases"]["http"],
          health=result["phases"]["health"], tokens=result["generation"]["completion_tokens"])
+
+
+def assert_the_simulators_metrics_are_real(server: RealServer) -> dict:
+    """The simulator's /metrics (lab/simulator/sglang_simulator/metrics.py) against the real
+    server's, same release: every family the simulator exposes is a real one, with the same
+    type and the same label names. Real /metrics needs no API key (0.5.11 srt/utils/auth.py:100,
+    0.5.23 :101-105). Returns the real families."""
+    from sglang_simulator import metrics as sim_metrics
+    from sglang_simulator.versions import release
+
+    import urllib.request
+
+    with urllib.request.urlopen(f"{server.url}/metrics", timeout=30) as resp:  # no key
+        assert resp.status == 200
+        real = _deploy_metrics.parse(resp.read().decode("utf-8"))
+    simulated = sim_metrics.Metrics(release(server.release), "m")
+    simulated.observe(4, 8, 0.1, 0.5, False)
+    simulated.observe(4, 8, 0.1, 0.5, True)
+    sim = _deploy_metrics.parse(simulated.text({}, 1.0))
+
+    def label_names(family: dict) -> set:
+        return {name for _s, labels, _v in family["samples"] for name in labels if name != "le"}
+
+    wrong = []
+    for name, family in sim.items():
+        if name not in real:
+            wrong.append(f"{name}: not exposed by real {server.release}")
+        elif real[name]["type"] != family["type"] or label_names(real[name]) != label_names(family):
+            wrong.append(f"{name}: real {real[name]['type']} {sorted(label_names(real[name]))}, "
+                         f"simulator {family['type']} {sorted(label_names(family))}")
+    assert not wrong, wrong
+    return real
+
+
+def test_the_simulators_metrics_are_real_sglangs_0_5_11(shared):
+    """After the gate's generations, the real server's request counters count them (its warmup
+    included; /health's own generation is not: log_metrics=False, 0.5.11
+    srt/entrypoints/http_server.py:537,547), under the names the simulator uses."""
+    assert shared.wait_for_line("The server is fired up and ready to roll!", LOAD_DEADLINE)
+    real = assert_the_simulators_metrics_are_real(shared)
+    assert sum(v for _n, _l, v in real["sglang:num_requests_total"]["samples"]) >= 2
+    assert "sglang:engine_startup_time" in real and "sglang:startup_time_seconds" not in real
+    assert not any("is_streaming" in labels for _n, labels, _v in real["sglang:num_requests_total"]["samples"])
+    note("metrics 0.5.11", families=len(real))
 
 
 @pytest.mark.parametrize("key", ["wrong-key", None], ids=["wrong key", "missing key"])
@@ -456,7 +502,7 @@ def test_sigterm_while_loading_ends_the_gate(servers, release):
 # -- 1b. ready on the newest supported release --------------------------------------------
 
 def test_ready_with_a_real_generation_0_5_23(servers):
-    server = servers("0.5.23", "--api-key", KEY)
+    server = servers("0.5.23", "--api-key", KEY, "--enable-metrics")
     started = time.monotonic()
     result = run_gate(server)
     assert_ready(result, server)
@@ -465,6 +511,12 @@ def test_ready_with_a_real_generation_0_5_23(servers):
     # and resolves another chunked prefill default than 0.5.11 (4096: arg_groups/memory_hook.py:101-117)
     assert result["server"]["chunked_prefill_size"] == 4096
     note("ready 0.5.23", load_to_ready=time.monotonic() - started, health=result["phases"]["health"])
+    # its /metrics: the simulator's families are real 0.5.23 ones; is_streaming from 0.5.17 and
+    # startup_time_seconds{phase} replacing engine_startup_time (_sglang_releases metrics_* facts)
+    real = assert_the_simulators_metrics_are_real(server)
+    assert {l.get("is_streaming") for _n, l, _v in real["sglang:num_requests_total"]["samples"]} == {"false"}
+    assert "sglang:startup_time_seconds" in real and "sglang:engine_startup_time" not in real
+    note("metrics 0.5.23", families=len(real))
     drained = assert_drains_a_real_generation(server)
     note("drain 0.5.23", drain=drained["seconds"], polls=drained["polls"])
 

@@ -44,6 +44,7 @@ from . import model as model_mod
 from . import radix
 from . import server_info as info_mod
 from .args import ArgumentValidationError, build_parser, ddtree_build_installed, merge_config, parser_prog, resolve, server_config
+from . import metrics as metrics_mod
 from .versions import DEFAULT_VERSION, Release, release as make_release
 
 # Libraries every SGLang start loads (sgl_kernel imports need the driver library).
@@ -252,6 +253,10 @@ class Simulator:
         self.model_type: str | None = None
         self.architecture = ""
         self.draft_arch = ""
+        self.launched = time.monotonic()
+        self.startup_seconds = 0.0
+        # --enable-metrics: GET /metrics (metrics.py); without it real SGLang mounts no route (404)
+        self.metrics = metrics_mod.Metrics(self.release, self.served_name) if self.args.enable_metrics else None
 
     # -- time -----------------------------------------------------------------
     def sleep(self, seconds: float) -> None:
@@ -645,6 +650,7 @@ class Simulator:
             sys.exit(3)
         httpd.daemon_threads = True
         self.httpd = httpd
+        self.startup_seconds = round(time.monotonic() - self.launched, 3)
         uvicorn_log(f"INFO:     Uvicorn running on http://{self.args.host}:{self.args.port} (Press CTRL+C to quit)")
         httpd.serve_forever(poll_interval=0.2)
 
@@ -723,7 +729,7 @@ class Simulator:
         done = threading.Event()
 
         def one_token() -> None:
-            self.generate("", 1, client=False)
+            self.generate("", 1, client=False, log_metrics=False)
             done.set()
 
         threading.Thread(target=one_token, daemon=True).start()
@@ -775,7 +781,16 @@ class Simulator:
                                  "avg_throughput": self.last_gen_throughput, "avg_utilization": 0.0}
         return body
 
-    def generate(self, prompt: str, max_new_tokens: int, client: bool = True, emit=None) -> dict:
+    def metrics_text(self) -> str:
+        """GET /metrics (--enable-metrics): the scheduler's gauges as /v1/loads reads them."""
+        assert self.metrics is not None
+        with self.lock:
+            running = self.running
+        gauges = {"sglang:num_running_reqs": running, "sglang:gen_throughput": self.last_gen_throughput,
+                  "sglang:max_total_num_tokens": self.plan.max_total_tokens if self.plan else 0}
+        return self.metrics.text(gauges, self.startup_seconds)
+
+    def generate(self, prompt: str, max_new_tokens: int, client: bool = True, emit=None, log_metrics: bool = True) -> dict:
         """One generation. With ``emit``, streamed as real SGLang streams /generate: ``emit(output)``
         after the prefill's first token and after each decode step (a speculative step adds its
         accept length of tokens), every output cumulative (0.5.11 srt/entrypoints/http_server.py:708-726)."""
@@ -815,6 +830,11 @@ class Simulator:
             with self.lock:
                 self.running -= 1
         self.last_gen_throughput = round(1 / per_token, 2)
+        # /health's own generation is not counted: log_metrics=False (0.5.11 srt/entrypoints/http_server.py:537,547)
+        if self.metrics is not None and log_metrics:
+            prompt_tokens = max(1, len(prompt.split()))
+            self.metrics.observe(prompt_tokens, count, self._performance().prefill_seconds, count * per_token,
+                                 emit is not None)
         return self._output(prompt, words, count, accept, round(count * per_token, 4))
 
     def _generation_sleep(self, seconds: float) -> None:
@@ -931,6 +951,14 @@ def make_handler(sim: Simulator):
                 self._send(200, sim.server_info())
             elif path == "/v1/loads":
                 self._send(200, sim.loads())
+            elif path == "/metrics" and sim.metrics is not None:
+                # prometheus_client's make_asgi_app: the text format 0.0.4
+                data = sim.metrics_text().encode("utf-8")
+                self.send_response(200, "OK")
+                self.send_header("content-type", "text/plain; version=0.0.4; charset=utf-8")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
             else:
                 self._send(404, {"detail": "Not Found"})
 

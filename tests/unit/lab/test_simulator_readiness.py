@@ -252,3 +252,54 @@ def test_a_wedged_simulator_answers_as_real_sglang_with_its_scheduler_stopped(la
     assert server.proc.poll() is None
     new = server.output()[len(before):]
     assert "Traceback" not in new and "SIGTERM" not in new
+
+
+@pytest.mark.parametrize("version", ["0.5.11", "0.5.23"])
+def test_the_simulators_metrics_count_requests_under_real_names(launch, version):
+    """--enable-metrics: GET /metrics in the text format with real SGLang's family names (checked
+    against real servers in tests/conformance/test_real_gate.py); the request counters count the
+    warmup and each generation, streamed or not; 0.5.17+ split them by is_streaming; the pool
+    gauge is the server's own max_total_tokens; no key is needed. Without the flag: 404."""
+    import urllib.request
+
+    from ansible_collections.inferops.sglang.plugins.module_utils import _deploy_metrics as dm
+
+    server = launch([*MODEL, *NEXTN, "--enable-metrics", "--api-key", "sekret"], version=version, host="ct200", gpus="0,1")
+    server.wait_for(lambda: server.status("/health") == 200, what="health")
+
+    def families():
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=10) as resp:
+            assert resp.headers["content-type"].startswith("text/plain; version=0.0.4")
+            return dm.parse(resp.read().decode())
+
+    def requests_total(fams):
+        return sum(v for _n, _labels, v in fams["sglang:num_requests_total"]["samples"])
+
+    before = families()
+    assert requests_total(before) == 1  # the warmup's generation
+    auth = {"Authorization": "Bearer sekret"}
+    info = server.request("GET", "/server_info", headers=auth)[1]
+    pool = before["sglang:max_total_num_tokens"]["samples"][0]
+    assert pool[2] == info["max_total_num_tokens"] and pool[1]["tp_rank"] == "0"
+    assert server.request("POST", "/generate", {"text": "one two three", "sampling_params": {"max_new_tokens": 4}},
+                          headers=auth)[0] == 200
+    req = urllib.request.Request(f"http://127.0.0.1:{server.port}/generate", method="POST", headers=dict(auth),
+                                 data=b'{"text": "hi", "stream": true, "sampling_params": {"max_new_tokens": 3}}')
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        assert b"[DONE]" in resp.read()
+    after = families()
+    assert requests_total(after) == 3
+    generated = sum(v for _n, _l, v in after["sglang:generation_tokens_total"]["samples"])
+    assert generated == sum(v for _n, _l, v in before["sglang:generation_tokens_total"]["samples"]) + 4 + 3
+    ttft = after["sglang:time_to_first_token_seconds"]
+    assert ttft["type"] == "histogram" and any(n.endswith("_count") and v == 3 for n, _l, v in ttft["samples"]) is (version == "0.5.11")
+    streaming = {l.get("is_streaming") for _n, l, _v in after["sglang:num_requests_total"]["samples"]}
+    assert streaming == ({None} if version == "0.5.11" else {"true", "false"})
+    startup = "sglang:engine_startup_time" if version == "0.5.11" else "sglang:startup_time_seconds"
+    assert startup in after
+
+    server.proc.terminate()  # the simulated GPUs' memory is freed for the next server
+    server.proc.wait(timeout=20)
+    plain = launch([*MODEL, *NEXTN], version=version, host="ct200", gpus="0,1")
+    plain.wait_for(lambda: plain.status("/health") == 200, what="health")
+    assert plain.status("/metrics") == 404

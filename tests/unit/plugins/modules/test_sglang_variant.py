@@ -65,6 +65,20 @@ def test_balanced_resolves_and_passes_on_ct129(host, capsys):
     assert result["changed"] is False
 
 
+def test_metrics_render_enable_metrics_once_and_pass_the_servers_own_help(host, capsys):
+    """metrics: true adds --enable-metrics (accepted by the installed server's --help, which the
+    module checks) right after the server's own address; off by default; not a boolean is refused."""
+    host()
+    rc, result = run(capsys, metrics=True)
+    assert rc == 0, result
+    assert result["argv"].count("--enable-metrics") == 1
+    assert result["argv"].index("--enable-metrics") == result["argv"].index("--tp-size") + 2
+    rc, result = run(capsys)
+    assert rc == 0 and "--enable-metrics" not in result["argv"]
+    rc, result = run(capsys, metrics="maybe")
+    assert rc == 1 and "metrics" in result["msg"] and "boolean" in result["msg"]
+
+
 def test_all_problems_are_reported_together(host, capsys):
     host()
     rc, result = run(capsys, gpu_devices=[0, 1], tp_size=4, common={"context_length": 300000})
