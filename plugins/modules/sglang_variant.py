@@ -68,11 +68,13 @@ options:
     default: 30000
   metrics:
     description:
-      - Render C(--enable-metrics): the server exposes Prometheus metrics on C(/metrics) at its own port
-        (no API key needed there: 0.5.11 C(srt/utils/auth.py:100), 0.5.23 C(:101-105)).
-      - Real SGLang keeps the metrics' multiprocess files in a temporary directory (C(PROMETHEUS_MULTIPROC_DIR) unset:
-        C(tempfile.TemporaryDirectory()), 0.5.11 C(srt/utils/common.py:1394-1409)); the unit's C(PrivateTmp=yes) gives each
-        start an empty one, removed at stop, so no count of an earlier run is summed into a new one.
+      - >-
+        Render C(--enable-metrics), so that the server exposes Prometheus metrics on C(/metrics) at its own port;
+        no API key is needed there (0.5.11 C(srt/utils/auth.py:100), 0.5.23 C(:101-105)).
+      - >-
+        Real SGLang keeps the metrics' multiprocess files in a temporary directory when C(PROMETHEUS_MULTIPROC_DIR) is
+        unset (0.5.11 C(srt/utils/common.py:1394-1409)); the unit's C(PrivateTmp=yes) gives each start an empty one,
+        removed at stop, so no count of an earlier run is summed into a new one.
     type: bool
     default: false
   tp_size:

@@ -14,6 +14,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
+import time
 from pathlib import Path
 
 import ansible_runner
@@ -133,3 +135,68 @@ def test_a_bad_rollout_setting_touches_no_host(tmp_path, answers):
     assert "failed before switching" in rows["fleet-01"]
     assert all("not reached" in rows[name] for name in HOSTS[1:])
     assert "The rollout stopped after fleet-01: 3 host(s) not reached" in summary
+
+
+def prometheus(query: str) -> list[dict]:
+    """The lab's Prometheus (the Debian package on fleet-01, written by monitoring.yml): an instant
+    query through its HTTP API; the result's series."""
+    out = host("fleet-01").check_output(
+        f"curl -sf --get --data-urlencode {shlex.quote('query=' + query)} http://127.0.0.1:9090/api/v1/query")
+    answer = json.loads(out)
+    assert answer["status"] == "success", answer
+    return answer["data"]["result"]
+
+
+def by_host(query: str) -> dict[str, dict]:
+    return {series["metric"]["host"]: series for series in prometheus(query)}
+
+
+def eventually(check, timeout: float = 90.0):
+    """check() until it passes: Prometheus scrapes every 5 s in the lab (converge.yml)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return check()
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(2)
+
+
+def test_prometheus_sees_the_switches_the_rollbacks_and_sglangs_own_metrics():
+    """After the rollouts above, a real Prometheus scraping the fleet (file_sd targets from the
+    inventory) reads each host's deploy state from node_exporter's textfile collector: fleet-01
+    and -02 switched to shadow-balanced, fleet-03 rolled back twice (the third batch, the failed
+    canary) and serving NEXTN, fleet-04 still on the converge's NEXTN. SGLang's own metrics come
+    from the servers it can reach: fleet-02 across the network (it listens on 0.0.0.0), fleet-01
+    its own loopback; fleet-03 and -04 listen on loopback only and are left out of the targets."""
+    def deploy_state():
+        info = by_host("inferops_sglang_deploy_info")
+        assert set(info) == set(HOSTS), info
+        labels = {h: (s["metric"]["variant"], s["metric"]["outcome"], s["metric"]["running"]) for h, s in info.items()}
+        assert labels == {"fleet-01": ("shadow-balanced", "switched", "shadow-balanced"),
+                          "fleet-02": ("shadow-balanced", "switched", "shadow-balanced"),
+                          "fleet-03": ("shadow-balanced", "rolled_back", "nextn"),
+                          "fleet-04": ("nextn", "switched", "nextn")}, labels
+        return info
+
+    eventually(deploy_state)
+    rollbacks = {h: float(s["value"][1]) for h, s in by_host("inferops_sglang_rollbacks_total").items()}
+    assert rollbacks == {"fleet-01": 0, "fleet-02": 0, "fleet-03": 2, "fleet-04": 0}, rollbacks
+    verdict = by_host("inferops_sglang_deploy_verdict_info")["fleet-03"]["metric"]
+    assert verdict["cause"] and verdict["failure"], verdict
+    healthy = {h: float(s["value"][1]) for h, s in by_host("inferops_sglang_deploy_healthy").items()}
+    assert healthy == dict.fromkeys(HOSTS, 1.0), healthy
+    assert {h for h, s in by_host('up{job="node"}').items() if s["value"][1] == "1"} == set(HOSTS)
+
+    def sglang_metrics():
+        served = by_host("sum by (host) (sglang:num_requests_total)")
+        assert set(served) == {"fleet-01", "fleet-02"}, served
+        assert all(float(s["value"][1]) > 0 for s in served.values()), served
+        return served
+
+    eventually(sglang_metrics)
+    assert set(by_host('up{job="sglang"}')) == {"fleet-01", "fleet-02"}
+    targets = json.loads(host("fleet-01").file("/etc/prometheus/file_sd/inferops-sglang.json").content_string)
+    assert [g["labels"]["host"] for g in targets] == ["fleet-01", "fleet-02"]
+    assert targets[0]["targets"] == ["127.0.0.1:30000"] and not targets[1]["targets"][0].startswith("127.")

@@ -282,7 +282,8 @@ def test_no_key_renders_an_empty_config():
 WATCHDOG = dict(sglang_service_watchdog_action="restart", sglang_service_watchdog_interval=30,
                 sglang_service_watchdog_failures=3, sglang_service_watchdog_timeout=30,
                 sglang_service_watchdog_start_grace=900, sglang_service_watchdog_backoff=300,
-                sglang_service_watchdog_backoff_max=3600, sglang_service_watchdog_python="/usr/bin/python3")
+                sglang_service_watchdog_backoff_max=3600, sglang_service_watchdog_python="/usr/bin/python3",
+                sglang_service_metrics_textfile_dir="/var/lib/prometheus/node-exporter")
 
 
 def render_watchdog(template: str, **overrides) -> str:
@@ -304,6 +305,10 @@ def test_the_watchdog_settings_are_what_the_watchdog_loads_and_hold_no_key():
     assert plain["unit"] == "sglang-qwen.service" and plain["url"] == "http://127.0.0.1:30000"
     assert plain["service_dir"] == "/var/lib/inferops-sglang/sglang-qwen" and plain["api_key_file"] is None
     assert (plain["interval"], plain["failures"], plain["timeout"], plain["lease"]) == (30, 3, 30, 330)
+    # each action rewrites the deploy state for node_exporter; '' turns it off
+    assert plain["textfile_dir"] == "/var/lib/prometheus/node-exporter"
+    assert _watchdog.load_settings(json.loads(render_watchdog(
+        "sglang-watchdog.json.j2", sglang_service_metrics_textfile_dir="")))["textfile_dir"] is None
     text = render_watchdog("sglang-watchdog.json.j2", sglang_service_api_key="k3y-in-the-vars",
                            sglang_service_watchdog_action="report")
     keyed = _watchdog.load_settings(json.loads(text))
