@@ -130,7 +130,9 @@ class NoWatcher:
 
 class UnitWatcher(NoWatcher):
     """A systemd unit: ActiveState/SubState, MainPID, NRestarts, and its journal
-    from the start of the current activation."""
+    from the start of the current activation, or from ``log_since`` (seconds since
+    the epoch) when that is later: the watchdog reads only what a server up for
+    weeks wrote since its probe began."""
 
     kind = "unit"
     has_log = True
@@ -145,9 +147,10 @@ class UnitWatcher(NoWatcher):
     CGROUP_ROOTS = ("/sys/fs/cgroup", "/sys/fs/cgroup/systemd", "/sys/fs/cgroup/unified")
     PROC = "/proc"
 
-    def __init__(self, unit: str, run_command) -> None:
+    def __init__(self, unit: str, run_command, log_since: float | None = None) -> None:
         self.unit = unit
         self.run_command = run_command
+        self.log_since = log_since
         self.props: dict[str, str] = {}
         self.base_pid = 0
         self.base_restarts = 0
@@ -289,6 +292,8 @@ class UnitWatcher(NoWatcher):
             argv.append(f"--after-cursor={cursor}")
         elif self.start_mono is not None:
             start_epoch = time.time() - (time.monotonic() - self.start_mono)
+            if self.log_since is not None:
+                start_epoch = max(start_epoch, self.log_since - 1.0)
             start_us = int(start_epoch * 1e6)
             argv.append(f"--since=@{int(start_epoch) - 1}")
         else:

@@ -168,25 +168,6 @@ def run_command(argv: list[str]) -> tuple[int, str, str]:
     return done.returncode, done.stdout, done.stderr
 
 
-class ProbeWatcher(readiness.UnitWatcher):
-    """The gate's unit watcher, reading only the journal written since the probe began:
-    a server up for weeks has a long log, and the probe's cause is in its newest lines."""
-
-    def begin(self) -> readiness.Observation:
-        self.probe_epoch = time.time()
-        return super().begin()
-
-    def _journal(self, match: list[str], cursor: str | None, trusted=None) -> tuple[list[str], str | None]:
-        if cursor is None and self.start_mono is not None:
-            saved = self.start_mono
-            self.start_mono = max(saved, time.monotonic() - (time.time() - self.probe_epoch) - 1.0)
-            try:
-                return super()._journal(match, cursor, trusted)
-            finally:
-                self.start_mono = saved
-        return super()._journal(match, cursor, trusted)
-
-
 class Watchdog:
     """One run against the host: ``run()`` returns the event and prints the journal line."""
 
@@ -232,7 +213,8 @@ class Watchdog:
                 self.key = readiness.api_key_from_config(self.s["api_key_file"])
             except (OSError, ValueError) as exc:
                 return {"ready": False, "failure": "config_unreadable", "msg": f"{self.s['api_key_file']}: {exc}"}, None
-        watcher = ProbeWatcher(self.s["unit"], self.run_command)
+        # the journal from the probe's start only: the probe's cause is in a long-running server's newest lines
+        watcher = readiness.UnitWatcher(self.s["unit"], self.run_command, log_since=self.now())
         verdict = probe(self.s, Client(self.s["url"], self.key, True, float(self.s["timeout"])), watcher, self.gate_class)
         return verdict, watcher.since_start()
 

@@ -349,6 +349,33 @@ def test_journal_since_the_units_start_only():
     assert "SGLang could not size its KV pool" in result["msg"]
 
 
+def test_log_since_reads_only_what_the_unit_wrote_after_it():
+    """The watchdog's probe of a server up for hours (log_since: the probe's start) reads the
+    journal from then, not the run's whole log: an old error line of the same run is not its cause."""
+    start_us = int((time.time() - 3600) * 1e6)
+    up = {**BASE, "InactiveExitTimestampMonotonic": str(int((time.monotonic() - 3600) * 1e6))}
+    journal = [
+        {"__CURSOR": "c1", "__REALTIME_TIMESTAMP": str(start_us + 5_000_000), "MESSAGE": "an hour-old line"},
+        {"__CURSOR": "c2", "__REALTIME_TIMESTAMP": str(int(time.time() * 1e6)), "MESSAGE": "a line of the probe"},
+    ]
+    seen = []
+    run = fake_systemctl([up], journal)
+
+    def recording(argv):
+        seen.append(argv)
+        return run(argv)
+
+    since = time.time() - 0.5
+    watcher = r.UnitWatcher("sglang-qwen.service", recording, log_since=since)
+    watcher.begin()
+    assert watcher.all_lines() == ["a line of the probe"]
+    assert f"--since=@{int(since - 1.0) - 1}" in seen[-1]
+    # without it, the run's whole journal
+    whole = r.UnitWatcher("sglang-qwen.service", fake_systemctl([up], journal))
+    whole.begin()
+    assert whole.all_lines() == ["an hour-old line", "a line of the probe"]
+
+
 def test_gate_begun_after_the_crash_reads_the_crashed_run():
     """A gate that starts after the server already died (a slow controller) finds
     the unit held for an automatic restart. systemd 252 passes it through inactive
