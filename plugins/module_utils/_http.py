@@ -95,10 +95,11 @@ class Client:
         self._tls = _tls_context(validate_certs) if self._https else None
 
     def call(self, method: str, path: str, body: dict | None = None, timeout: float | None = None,
-             auth: bool = True) -> Response:
+             auth: bool = True, text: bool = False) -> Response:
         """One request, ended by ``min(request_timeout, timeout)`` seconds after
         it started; ``auth=False`` leaves the API key out (a server not yet
-        proven to be the watched one). A ``timeout`` at or below 0 (the gate's
+        proven to be the watched one); ``text=True`` keeps a 2xx body whole as text
+        (Prometheus's format), up to the body cap. A ``timeout`` at or below 0 (the gate's
         deadline passed) still gets ``TIMEOUT_FLOOR``; NaN or inf raise."""
         limit = self.request_timeout if timeout is None else min(self.request_timeout, _finite("timeout", timeout))
         limit = max(TIMEOUT_FLOOR, limit)
@@ -111,7 +112,7 @@ class Client:
             headers["Authorization"] = f"Bearer {self.api_key}"
         conn = _Connection(self._host, self._port, limit, self._tls)
         try:
-            return self._exchange(conn, method, self._prefix + path, data, headers)
+            return self._exchange(conn, method, self._prefix + path, data, headers, text)
         except _Deadline as exc:
             return Response(None, None, f"no complete answer within {limit:g} s ({exc})", "timeout", conn.elapsed())
         except (OSError, http.client.HTTPException, ValueError) as exc:
@@ -158,7 +159,8 @@ class Client:
         finally:
             conn.shut()
 
-    def _exchange(self, conn: _Connection, method: str, target: str, data: bytes | None, headers: dict) -> Response:
+    def _exchange(self, conn: _Connection, method: str, target: str, data: bytes | None, headers: dict,
+                  text: bool = False) -> Response:
         conn.request(method, target, body=data, headers=headers)
         resp = conn.getresponse()
         status, reason = resp.status, resp.reason
@@ -171,7 +173,8 @@ class Client:
         if raw is None:
             return Response(status, None, f"answer too large: over the {_size(self.max_body)} cap (cut off there)", "too_large",
                             conn.elapsed())
-        return Response(status, _json(raw), error, kind, conn.elapsed())
+        body = raw.decode("utf-8", "replace") if text and kind == "ok" else _json(raw)
+        return Response(status, body, error, kind, conn.elapsed())
 
 
 def _read_capped(resp: http.client.HTTPResponse, cap: int) -> bytes | None:

@@ -375,6 +375,16 @@ FACTS = (
     Fact("metrics_is_streaming_label", (0, 5, 17), None, True,
          "0.5.17 srt/observability/metrics_collector.py:1484-1489, 0.5.23 :1858,1863,1943,2046",
          (("srt/observability/", "srt/metrics/"), r'labelnames=.*"is_streaming"')),
+    # --enable-metrics adds an HTTP middleware that names each request's route: up to 0.5.15 it
+    # reads route.path of whatever route matches, and a router included with include_router
+    # (GET /v1/loads, 0.5.11 srt/entrypoints/http_server.py:419) has none under the fastapi the
+    # release's constraints pin (0.165.0: fastapi.routing._IncludedRouter), so /v1/loads answers
+    # 500 (AttributeError, measured on real 0.5.11 with --enable-metrics); 0.5.16 reads it with getattr
+    Fact("metrics_keep_v1_loads", FIRST, (0, 5, 15), False,
+         "0.5.11 srt/utils/common.py:1511-1519 (_get_fastapi_request_path: return route.path, True)", _NEXT),
+    Fact("metrics_keep_v1_loads", (0, 5, 16), None, True,
+         "0.5.16 srt/utils/common.py:2416, 0.5.23 srt/observability/http_request_metrics.py:115",
+         (("srt/utils/common.py", "srt/observability/"), r'getattr\(route, "path"')),
     # 0.5.17 also replaced the startup gauges engine_startup_time/engine_load_weights_time
     # (0.5.11 metrics_collector.py:851,857) by startup_time_seconds{phase} (0.5.17 :1469)
     Fact("metrics_startup_time_by_phase", FIRST, (0, 5, 16), False,

@@ -13,7 +13,10 @@ num_queue_reqs :207 / :371, gen_throughput :219 / :383, cache_hit_rate :225 / :3
 generation_tokens_total :1213 / :1861, num_requests_total :1280 / :1941, time_to_first_token_seconds
 :1373 / :2041, e2e_request_latency_seconds :1387 / :2068; engine_startup_time :851 (0.5.11) and
 startup_time_seconds{phase} :1843 (0.5.23). The histogram buckets are 0.5.11's :1298-1343.
-From 0.5.17 the request counters and histograms carry is_streaming ("true"/"false")
+The scheduler gauges follow the requests at once; real 0.5.11's fall late (the scheduler publishes
+idle figures after 30 s idle: a drain read from them waits that long, see _drain.py). With
+--enable-metrics, 0.5.9-0.5.15 answer GET /v1/loads with 500 (server.py, _sglang_releases
+metrics_keep_v1_loads). From 0.5.17 the request counters and histograms carry is_streaming ("true"/"false")
 (_sglang_releases: metrics_is_streaming_label).
 """
 

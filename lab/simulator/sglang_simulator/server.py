@@ -949,6 +949,18 @@ def make_handler(sim: Simulator):
                 })
             elif path in ("/server_info", "/get_server_info"):
                 self._send(200, sim.server_info())
+            elif path == "/v1/loads" and sim.metrics is not None and not sim.release.fact("metrics_keep_v1_loads"):
+                # real 0.5.9-0.5.15 with --enable-metrics: the metrics middleware reads route.path of the
+                # included v1_loads router, which fastapi 0.165.0 lacks (0.5.11 srt/utils/common.py:1511-1519):
+                # starlette's plain 500 and the traceback's last line in the log (measured on real 0.5.11)
+                uvicorn_log("ERROR:    Exception in ASGI application")
+                log("AttributeError: '_IncludedRouter' object has no attribute 'path'")
+                data = b"Internal Server Error"
+                self.send_response(500, "Internal Server Error")
+                self.send_header("content-type", "text/plain; charset=utf-8")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
             elif path == "/v1/loads":
                 self._send(200, sim.loads())
             elif path == "/metrics" and sim.metrics is not None:

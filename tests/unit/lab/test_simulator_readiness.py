@@ -303,3 +303,21 @@ def test_the_simulators_metrics_count_requests_under_real_names(launch, version)
     plain = launch([*MODEL, *NEXTN], version=version, host="ct200", gpus="0,1")
     plain.wait_for(lambda: plain.status("/health") == 200, what="health")
     assert plain.status("/metrics") == 404
+
+
+@pytest.mark.parametrize("version, loads", [("0.5.11", 500), ("0.5.16", 200)])
+def test_the_simulators_v1_loads_fails_under_metrics_as_real_sglang_before_0_5_16(launch, version, loads):
+    """Real 0.5.11 with --enable-metrics answers GET /v1/loads with 500 (its metrics middleware and
+    fastapi 0.165.0; tests/conformance/test_real_gate.py, the drain case); 0.5.16 fixed it. The
+    simulator answers the same, and the collection's drain reads /metrics there."""
+    from ansible_collections.inferops.sglang.plugins.module_utils import _drain, _http
+
+    server = launch([*MODEL, *NEXTN, "--enable-metrics"], version=version, host="ct200", gpus="0,1")
+    server.wait_for(lambda: server.status("/health") == 200, what="health")
+    client = _http.Client(f"http://127.0.0.1:{server.port}", None, True, 5)
+    answer = client.call("GET", _drain.ENDPOINT)
+    assert answer.status == loads and (loads == 200 or answer.body == "Internal Server Error"), answer.body
+    result = _drain.drain(client, 5, 0.1)
+    assert result["drained"] is True and result["endpoint"] == ("/metrics" if loads == 500 else "/v1/loads"), result
+    if loads == 500:
+        assert "AttributeError: '_IncludedRouter' object has no attribute 'path'" in server.output()

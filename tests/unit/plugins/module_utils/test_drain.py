@@ -25,7 +25,7 @@ class Scripted:
     def __init__(self, *answers: Response) -> None:
         self.answers, self.calls, self.now = list(answers), [], 0.0
 
-    def call(self, method: str, path: str) -> Response:
+    def call(self, method: str, path: str, text: bool = False) -> Response:
         self.calls.append((method, path))
         return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
 
@@ -101,3 +101,46 @@ def test_a_server_that_dies_mid_drain_ends_the_wait():
     result = _drain.drain(client, 60, 1, client.clock, client.sleep)
     assert result["polls"] == 2 and result["in_flight_at_start"] == 1 and result["in_flight_at_stop"] is None
     assert result["error"] == "GET /v1/loads: connection refused"
+
+
+METRICS_0_5_11 = """# HELP sglang:num_running_reqs The number of running requests.
+# TYPE sglang:num_running_reqs gauge
+sglang:num_running_reqs{engine_type="unified",model_name="m",moe_ep_rank="0",pp_rank="0",tp_rank="0"} %s
+# HELP sglang:num_queue_reqs The number of requests in the waiting queue.
+# TYPE sglang:num_queue_reqs gauge
+sglang:num_queue_reqs{engine_type="unified",model_name="m",moe_ep_rank="0",pp_rank="0",tp_rank="0"} %s
+"""
+LOADS_500 = Response(500, "Internal Server Error", "HTTP 500 Internal Server Error", "http")
+
+
+def test_a_v1_loads_broken_by_the_metrics_middleware_is_read_from_metrics():
+    """Real 0.5.9-0.5.15 with --enable-metrics answer /v1/loads with 500 (measured on 0.5.11; see
+    tests/conformance/test_real_gate.py): the drain reads the scheduler's gauges from /metrics, and says so."""
+    answers = iter([LOADS_500, ok(METRICS_0_5_11 % ("2.0", "1.0")), LOADS_500, ok(METRICS_0_5_11 % ("0.0", "0.0"))])
+
+    class Broken(Scripted):
+        def call(self, method, path, text=False):
+            self.calls.append((method, path, text))
+            return next(answers)
+
+    client = Broken(LOADS_500)
+    result = _drain.drain(client, 60, 1, client.clock, client.sleep)
+    assert result["drained"] is True and result["in_flight_at_start"] == 3 and result["endpoint"] == "/metrics"
+    assert "read from /metrics" in result["msg"]
+    assert client.calls[:2] == [("GET", "/v1/loads?include=core", False), ("GET", "/metrics", True)]
+
+
+@pytest.mark.parametrize("metrics, error", [
+    (Response(404, {"detail": "Not Found"}, "HTTP 404 Not Found", "http"), "GET /v1/loads: HTTP 500"),
+    (ok("# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs 1.0\n"), "no sglang:num_queue_reqs"),
+])
+def test_a_500_without_usable_metrics_ends_the_wait(metrics, error):
+    answers = iter([LOADS_500, metrics])
+
+    class Broken(Scripted):
+        def call(self, method, path, text=False):
+            return next(answers)
+
+    client = Broken(LOADS_500)
+    result = _drain.drain(client, 60, 1, client.clock, client.sleep)
+    assert result["drained"] is False and error in result["error"], result
