@@ -516,6 +516,8 @@ NOT_SGLANG = (
     # torch / CUDA runtime text (c10/cuda/CUDAException.cpp), not SGLang's
     "GPU device may be out of range", "CUDA kernel errors might be asynchronously", "For debugging consider passing",
     "Compile with `TORCH_USE_CUDA_DSA`",
+    # fastapi 0.165.0's included router met by 0.5.9-0.5.15's metrics middleware (measured on real 0.5.11)
+    "AttributeError: '_IncludedRouter' object has no attribute 'path'",
 )
 REAL_PREFIX = re.compile(r"^(ValueError|RuntimeError|Exception|AssertionError): ")
 
