@@ -12,24 +12,24 @@ export NO_PROXY := 127.0.0.1,localhost
 
 # The venvs live in the per-user cache, keyed by their inputs (.ci/venv.sh).
 $(VENV)/.stamp: requirements.txt
-	.ci/venv.sh $(VENV) -r requirements.txt
+	.ci/timed venv .ci/venv.sh $(VENV) -r requirements.txt
 
 $(SANITY_VENV)/.stamp: requirements.txt
 	mkdir -p .cache
-	.ci/venv.sh $(SANITY_VENV) "$$(grep '^ansible-core==' requirements.txt)"
+	.ci/timed sanity-venv .ci/venv.sh $(SANITY_VENV) "$$(grep '^ansible-core==' requirements.txt)"
 	mkdir -p ~/.ansible/test/cache
 	cp tests/sanity/get_pip_offline.py ~/.ansible/test/cache/get_pip_24_2.py
 	touch $@
 
 setup: $(VENV)/.stamp
-	lab/setup-machine.sh
-	lab/image/build.sh >/dev/null
+	.ci/timed setup-machine lab/setup-machine.sh
+	.ci/timed lab-image lab/image/build.sh >/dev/null
 
 ## Real SGLang (0.5.11 and 0.5.23 venvs from PyPI, the libcuda.so.1 test double,
 ## a tiny model, the release wheels) in the per-user cache; reused while the
 ## inputs are unchanged (lab/real/build.sh).
 real:
-	lab/real/build.sh >/dev/null
+	.ci/timed real lab/real/build.sh >/dev/null
 
 ## The main job on the built-in lab: lab hosts for ct129 and ct200 on the NEXTN
 ## baseline, then `deploy.yml -e variant=balanced`: ct129 fails as in the field
@@ -94,7 +94,7 @@ test: setup
 	$(MAKE) --no-print-directory molecule MOLECULE_LANES="deploy,lab,real make:conformance,provision,fleet"
 
 lint: $(VENV)/.stamp
-	$(NICE) ansible-lint
+	.ci/timed lint $(NICE) ansible-lint
 
 # ansible-test needs the collection at ansible_collections/<ns>/<name> and outside
 # any other git work tree; collections/ (the link to this tree) stays behind.
@@ -105,14 +105,14 @@ sanity: $(SANITY_VENV)/.stamp
 	  git ls-files --cached --others --exclude-standard | grep -v '^collections/' \
 	    | tar -cT - | tar -xC $$dir/ansible_collections/inferops/sglang && \
 	  cd $$dir/ansible_collections/inferops/sglang && \
-	  $(NICE) $(CURDIR)/$(SANITY_VENV)/bin/ansible-test sanity --local --requirements --python 3.11 --color no
+	  $(CURDIR)/.ci/timed sanity $(NICE) $(CURDIR)/$(SANITY_VENV)/bin/ansible-test sanity --local --requirements --python 3.11 --color no
 
 units: $(VENV)/.stamp
-	python -m pytest tests/unit
+	.ci/timed units python -m pytest tests/unit
 
 ## The collection's claims checked against real SGLang 0.5.11 and 0.5.23 on CPU.
 conformance: $(VENV)/.stamp real
-	python -m pytest tests/conformance
+	.ci/timed conformance python -m pytest tests/conformance
 
 ## molecule/real mounts the real venv, stub and model from INFEROPS_REAL_ROOT.
 ## The scenarios run in lanes side by side (.ci/molecule-lanes.sh): deploy and

@@ -29,7 +29,7 @@ for lane in "$@"; do
       if [[ $scenario == make:* ]]; then
         make --no-print-directory "${scenario#make:}"
       else
-        molecule test -s "$scenario"
+        .ci/timed "molecule $scenario" molecule test -s "$scenario"
       fi
       rc=$?
       # to the lane's log and, as it happens, to the script's output (>&3 writes to it; tee /dev/fd/3

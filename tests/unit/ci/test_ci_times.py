@@ -1,0 +1,44 @@
+"""CI's per-part wall times: .ci/timed notes each part (its exit status passed
+through unchanged) and .ci/times.py prints them as one table."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+
+from sim_helpers import REPO
+
+TIMED = REPO / ".ci" / "timed"
+spec = importlib.util.spec_from_file_location("ci_times", REPO / ".ci" / "times.py")
+times = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(times)
+
+
+def timed(tmp_path, part: str, *argv: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, INFEROPS_CI_TIMES=str(tmp_path / "times.tsv"))
+    return subprocess.run([str(TIMED), part, *argv], env=env, capture_output=True, text=True, check=False, timeout=30)
+
+
+def test_timed_passes_the_exit_status_and_output_through_and_notes_the_part(tmp_path):
+    ok = timed(tmp_path, "units", "sh", "-c", "echo out; echo err >&2")
+    failed = timed(tmp_path, "molecule deploy", "sh", "-c", "exit 3")
+    assert (ok.returncode, ok.stdout, ok.stderr) == (0, "out\n", "err\n")
+    assert failed.returncode == 3
+    lines = [line.split("\t") for line in (tmp_path / "times.tsv").read_text().splitlines()]
+    assert [(line[0], line[3]) for line in lines] == [("units", "0"), ("molecule deploy", "3")]
+    assert all(int(line[1]) <= int(line[2]) for line in lines)
+
+
+def test_table_orders_by_start_shows_overlap_failures_and_the_whole_wall_time():
+    out = times.table(["units\t1000\t1300\t0\n", "lint\t1000\t1100\t0\n",
+                       "molecule deploy\t1300\t1900\t2\n", "a torn line\n"])
+    rows = [row.split() for row in out.splitlines()]
+    assert rows[1][:3] == ["lint", "0s", "100s"]
+    assert rows[2][:4] == ["units", "0s", "300s", "ok"]
+    assert rows[3][:5] == ["molecule", "deploy", "300s", "600s", "FAILED"]
+    assert rows[-1] == ["all", "0s", "900s"]
+
+
+def test_table_of_nothing_says_so():
+    assert "no part ran" in times.table([])
