@@ -131,8 +131,10 @@ class NoWatcher:
 class UnitWatcher(NoWatcher):
     """A systemd unit: ActiveState/SubState, MainPID, NRestarts, and its journal
     from the start of the current activation, or from ``log_since`` (seconds since
-    the epoch) when that is later: the watchdog reads only what a server up for
-    weeks wrote since its probe began."""
+    the epoch) when that is later or the start is unknown: the watchdog reads only
+    what a server up for weeks wrote since its probe began. ``clock`` reads the
+    monotonic clock systemd's ``*TimestampMonotonic`` properties count on,
+    ``wall_clock`` the epoch the journal's timestamps count from."""
 
     kind = "unit"
     has_log = True
@@ -147,10 +149,13 @@ class UnitWatcher(NoWatcher):
     CGROUP_ROOTS = ("/sys/fs/cgroup", "/sys/fs/cgroup/systemd", "/sys/fs/cgroup/unified")
     PROC = "/proc"
 
-    def __init__(self, unit: str, run_command, log_since: float | None = None) -> None:
+    def __init__(self, unit: str, run_command, log_since: float | None = None, clock=time.monotonic,
+                 wall_clock=time.time) -> None:
         self.unit = unit
         self.run_command = run_command
         self.log_since = log_since
+        self.clock = clock
+        self.wall_clock = wall_clock
         self.props: dict[str, str] = {}
         self.base_pid = 0
         self.base_restarts = 0
@@ -242,12 +247,12 @@ class UnitWatcher(NoWatcher):
         """Seconds from the main process's exit (as systemd recorded it) to now."""
         if self.exit_mono is None or (self.start_mono and self.exit_mono < self.start_mono):
             return None
-        return max(0.0, time.monotonic() - self.exit_mono)
+        return max(0.0, self.clock() - self.exit_mono)
 
     def since_start(self) -> float | None:
         if self.start_mono is None:
             return None
-        end = self.exit_mono if self.exit_mono and self.exit_mono >= self.start_mono else time.monotonic()
+        end = self.exit_mono if self.exit_mono and self.exit_mono >= self.start_mono else self.clock()
         return max(0.0, end - self.start_mono)
 
     def sync(self) -> None:
@@ -290,10 +295,12 @@ class UnitWatcher(NoWatcher):
         start_us = None
         if cursor:
             argv.append(f"--after-cursor={cursor}")
-        elif self.start_mono is not None:
-            start_epoch = time.time() - (time.monotonic() - self.start_mono)
-            if self.log_since is not None:
-                start_epoch = max(start_epoch, self.log_since - 1.0)
+        elif self.start_mono is not None or self.log_since is not None:
+            # from the run's start, or from log_since when that is later or the start unknown
+            starts = [] if self.log_since is None else [self.log_since - 1.0]
+            if self.start_mono is not None:
+                starts.append(self.wall_clock() - (self.clock() - self.start_mono))
+            start_epoch = max(starts)
             start_us = int(start_epoch * 1e6)
             argv.append(f"--since=@{int(start_epoch) - 1}")
         else:
@@ -889,8 +896,11 @@ class Gate:
     def __init__(self, client: Client, watcher, timeout: float, interval: float = 1.0, model: str | None = None,
                  prompt: str = "The capital city of France is", max_tokens: int = 16, endpoint: str = "generate",
                  generations: int = 1, settle: float = 3.0, progress=None, check_listener: bool = True,
-                 budgets: dict | None = None, progress_file: str | None = None) -> None:
+                 budgets: dict | None = None, progress_file: str | None = None, clock=time.monotonic,
+                 sleep=time.sleep) -> None:
         self.client, self.watcher = client, watcher
+        # the gate's own time: its deadline, stage budgets, settle and waits (tests inject their own)
+        self.clock, self.sleep = clock, sleep
         self.check_listener = check_listener
         self.listener: Listener | None = None
         self.timeout, self.interval = timeout, interval
@@ -917,7 +927,7 @@ class Gate:
 
     # -- bookkeeping --
     def elapsed(self) -> float:
-        return round(time.monotonic() - self.started, 3)
+        return round(self.clock() - self.started, 3)
 
     def _event(self, text: str) -> None:
         self.timeline.append({"elapsed": self.elapsed(), "phase": self.phase, "event": text})
@@ -931,7 +941,7 @@ class Gate:
             "elapsed": self.elapsed(),
             "phase": self.phase,
             "stage": self.stage,
-            "stage_elapsed": round(time.monotonic() - self.stage_since, 1) if self.stage else None,
+            "stage_elapsed": round(self.clock() - self.stage_since, 1) if self.stage else None,
             "event": self.timeline[-1]["event"] if self.timeline else None,
             "last_log_line": self._masked(sglog.last_meaningful(list(self.lines)[-50:])),
         }
@@ -951,7 +961,7 @@ class Gate:
         best effort, a progress file that cannot be written never fails a gate."""
         if not self.progress_file:
             return
-        self.written = time.monotonic()
+        self.written = self.clock()
         directory = os.path.dirname(os.path.abspath(self.progress_file))
         temp = os.path.join(directory, f".{os.path.basename(self.progress_file)}.{os.getpid()}")
         try:
@@ -971,7 +981,7 @@ class Gate:
 
     def _enter(self, stage: str, line: str | None, at: float | None = None) -> None:
         self.stage, self.stage_line = stage, line
-        self.stage_since = time.monotonic() if at is None else at
+        self.stage_since = self.clock() if at is None else at
         self.stages.append({"stage": stage, "elapsed": round(self.stage_since - self.started, 3)})
         self._event(f"stage {stage} ({sglog.STAGE_DESCRIPTIONS.get(stage, stage)})" + (f": {_clip(line)}" if line else ""))
 
@@ -984,7 +994,7 @@ class Gate:
         age = self.watcher.since_start() or 0.0
         budget = self.budgets["starting"]
         if not budget or age < budget:
-            self._enter("starting", None, time.monotonic() - age)
+            self._enter("starting", None, self.clock() - age)
 
     def _read_log(self) -> None:
         new = self.watcher.new_lines()
@@ -1005,7 +1015,7 @@ class Gate:
             # library warnings in its first seconds). Only the deadline applies.
             return
         budget = self.budgets.get(self.stage) or 0.0
-        spent = time.monotonic() - self.stage_since
+        spent = self.clock() - self.stage_since
         if budget and spent > budget:
             last = sglog.last_meaningful(list(self.lines)) or self.stage_line
             raise GateFailure("stalled", f"no progress in stage {self.stage} "
@@ -1014,7 +1024,7 @@ class Gate:
 
     # -- the loop --
     def run(self) -> dict:
-        self.started = time.monotonic()
+        self.started = self.clock()
         deadline = self.started + self.timeout
         try:
             self._check(self.watcher.begin())
@@ -1029,12 +1039,12 @@ class Gate:
                     self._check_stall()
                 if self._step(deadline):
                     return self._verdict(None)
-                now = time.monotonic()
+                now = self.clock()
                 if now >= deadline:
                     raise GateFailure(self._timeout_failure(), f"no verdict within {self.timeout:.0f} s")
                 if now - self.written >= _HEARTBEAT:
                     self._write_progress()
-                time.sleep(min(self.interval, max(0.0, deadline - now)))
+                self.sleep(min(self.interval, max(0.0, deadline - now)))
         except GateFailure as exc:
             return self._verdict(exc)
 
@@ -1050,7 +1060,7 @@ class Gate:
             raise GateFailure(obs.failure, obs.detail)
 
     def _remaining(self, deadline: float) -> float:
-        return max(0.1, deadline - time.monotonic())
+        return max(0.1, deadline - self.clock())
 
     def _whose_port(self) -> Listener:
         """Who listens on the URL's host:port; port_taken when it is not the
@@ -1109,9 +1119,9 @@ class Gate:
                 self.generations.append(self._generate(deadline))
             self._pass("generation", f"{len(self.generations)} real generation(s) returned tokens")
             self._read_server_info(deadline)
-            self.settle_from = time.monotonic()
+            self.settle_from = self.clock()
         if self.phase == "settled":
-            if time.monotonic() - self.settle_from < self.settle:
+            if self.clock() - self.settle_from < self.settle:
                 return False
             self.phases["settled"] = self.elapsed()
             self._event(f"same process after {self.settle:g} s")
@@ -1170,15 +1180,15 @@ class Gate:
     def _after_request_failure(self) -> None:
         """A request failed: give the process manager a moment to notice a dead
         server, so the verdict names the crash rather than the dropped request."""
-        until = time.monotonic() + max(1.0, 2 * self.interval)
+        until = self.clock() + max(1.0, 2 * self.interval)
         while True:
             obs = self.watcher.poll()
             self._read_log()
             if obs.failure:
                 raise GateFailure(obs.failure, obs.detail)
-            if time.monotonic() >= until:
+            if self.clock() >= until:
                 return
-            time.sleep(0.1)
+            self.sleep(0.1)
 
     # -- the verdict --
     def _verdict(self, failure: GateFailure | None) -> dict:
@@ -1189,11 +1199,11 @@ class Gate:
             # to the watcher's cause_wait (6 s for a journal, 0.5 s for a log file)
             # until a cause shows; failing that, read this run's whole log.
             self.watcher.sync()
-            until = time.monotonic() + (self.watcher.cause_wait if failure.failure in _DEAD_PROCESS else 0.0)
+            until = self.clock() + (self.watcher.cause_wait if failure.failure in _DEAD_PROCESS else 0.0)
             self._read_log()
             found = sglog.classify(list(self.lines))
-            while not found and time.monotonic() < until:
-                time.sleep(0.2)
+            while not found and self.clock() < until:
+                self.sleep(0.2)
                 self._read_log()
                 found = sglog.classify(list(self.lines))
             if not found:

@@ -46,6 +46,28 @@ def run_module(main: Callable[[], None], capsys, args: dict, check_mode: bool = 
     return exc.value.code, json.loads(out), out
 
 
+class FakeClock:
+    """An injected clock that only its sleep() moves, and at once: a gate's deadlines,
+    budgets and waits pass without real time passing. It starts at the real clocks'
+    readings, so times taken from them (systemd's monotonic timestamps, the journal's
+    epoch ones) mean what they would."""
+
+    def __init__(self) -> None:
+        self.now = time.monotonic()
+        self.epoch = time.time() - self.now
+        self.slept: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return self.epoch + self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += max(0.0, seconds)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import urllib.error
 
 import pytest
@@ -34,7 +35,8 @@ def test_serves_after_warmup_and_generates_deterministically(launch):
 
 
 def test_http_binds_only_after_init(launch):
-    server = launch([*MODEL, *NEXTN], hw={"time_scale": 0.3})
+    # at this scale the weights alone load for about a second (10.75 s on the host)
+    server = launch([*MODEL, *NEXTN], hw={"time_scale": 0.1})
     server.wait_for(lambda: "Load weight begin" in server.output(), what="weight loading")
     assert server.status("/v1/models") is None  # connection refused while loading
     server.wait_for(lambda: server.status("/v1/models") == 200, what="bind")
@@ -131,23 +133,38 @@ def test_missing_model_path_fails_before_loading(launch, tmp_path):
     assert "HFValidationError: Repo id must be in the form" in server.output()
 
 
+def hang_up_on_every_connection(taken: socket.socket) -> None:
+    """Something else on the port: it accepts each connection and closes it at once."""
+    while True:
+        try:
+            conn, _addr = taken.accept()
+        except OSError:  # the test closed the socket
+            return
+        conn.close()
+
+
 def test_port_held_by_something_else_lingers_then_kills_itself(launch):
     # uvicorn logs the bind error, then its lifespan shutdown joins the warmup thread,
     # which polls /model_info 120 times (0.5.11 entrypoints/http_server.py:1866-1882)
-    # and kills the tree when nothing answers like SGLang.
+    # and kills the tree when nothing answers like SGLang. The holder hangs up at once
+    # (a holder that never answers costs each poll its 5 s timeout: the same failed
+    # poll, 120 times slower); the simulator's time scale doubled keeps the 120 polls'
+    # pauses (1 s each, scaled) well over the second the linger is checked for.
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        server = launch([*MODEL, *NEXTN], port=port, host="ct200", gpus="0,1")
+        threading.Thread(target=hang_up_on_every_connection, args=(taken,), daemon=True).start()
+        server = launch([*MODEL, *NEXTN], port=port, host="ct200", gpus="0,1", hw={"time_scale": 0.02})
         server.wait_for(lambda: "address already in use" in server.output(), what="bind error")
         with pytest.raises(subprocess.TimeoutExpired):
             server.proc.wait(timeout=1)  # lingers while the warmup polls
         assert server.proc.wait(timeout=60) == -signal.SIGKILL
+        taken.shutdown(socket.SHUT_RDWR)
     out = server.output()
     assert ("ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', %d): address already in use"
             % port) in out
-    assert "Initialization failed. warmup error: " in out
+    assert "Initialization failed. warmup error: Traceback (most recent call last):\nrequests.exceptions.ConnectionError: " in out
     assert "The server is fired up and ready to roll!" not in out
 
 

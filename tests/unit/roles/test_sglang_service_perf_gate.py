@@ -91,16 +91,17 @@ def run(sim, tmp_path, mode: str, baseline: dict | None, thresholds: dict | None
     return rc, " ".join(output.split()), json.loads(facts.read_text())
 
 
-def figures(sim, tmp_path) -> dict:
-    """This server's figures, with a first-token latency no measurement here can regress from (the
-    tests compare tokens/s; a busy machine moves a short load's TTFT p95)."""
-    rc, output, facts = run(sim, tmp_path, "enforce", None)
+@pytest.fixture(name="measured", scope="module")
+def fixture_measured(sim, tmp_path_factory) -> dict:
+    """This server's figures (measured once for the module, by the tasks under test with no
+    known-good service: they pass), with a first-token latency no measurement here can regress
+    from (the tests compare tokens/s; a busy machine moves a short load's TTFT p95)."""
+    rc, output, facts = run(sim, tmp_path_factory.mktemp("first"), "enforce", None)
     assert rc == 0, output[-3000:]
     return dict(facts["perf"]["figures"], ttft_p95=100.0)
 
 
-def test_a_variant_slower_than_the_known_good_fails_the_switch_with_the_comparison(sim, tmp_path):
-    measured = figures(sim, tmp_path / "first")
+def test_a_variant_slower_than_the_known_good_fails_the_switch_with_the_comparison(sim, measured, tmp_path):
     faster = dict(measured, output_tokens_per_s=10 * measured["output_tokens_per_s"])
     rc, output, facts = run(sim, tmp_path, "enforce", {"variant": "nextn", "source": "history", "figures": faster})
     assert rc == 2
@@ -112,8 +113,7 @@ def test_a_variant_slower_than_the_known_good_fails_the_switch_with_the_comparis
     assert facts["perf"]["comparison"]["checks"][0]["ratio"] < 0.5  # about 0.1; a shared machine moves it
 
 
-def test_report_mode_and_a_variants_own_threshold(sim, tmp_path):
-    measured = figures(sim, tmp_path / "first")
+def test_report_mode_and_a_variants_own_threshold(sim, measured, tmp_path):
     faster = dict(measured, output_tokens_per_s=10 * measured["output_tokens_per_s"])
     known = {"variant": "nextn", "source": "history", "figures": faster}
     rc, output, facts = run(sim, tmp_path / "report", "report", known)
@@ -124,8 +124,7 @@ def test_report_mode_and_a_variants_own_threshold(sim, tmp_path):
     assert facts["perf"]["comparison"]["checks"][0]["limit"] == ">= 0.01x"
 
 
-def test_the_baseline_variant_is_only_reported_and_off_measures_nothing(sim, tmp_path):
-    measured = figures(sim, tmp_path / "first")
+def test_the_baseline_variant_is_only_reported_and_off_measures_nothing(sim, measured, tmp_path):
     known = {"variant": "shadow-balanced", "source": "history",
              "figures": dict(measured, output_tokens_per_s=10 * measured["output_tokens_per_s"])}
     # an explicit rollback to the baseline (nextn, here through its alias) is compared but never rolled back

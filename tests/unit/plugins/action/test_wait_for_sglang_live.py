@@ -116,8 +116,8 @@ def progress_of(lines: list[tuple[float, str]]) -> list[tuple[float, re.Match]]:
 
 
 def test_a_ready_server_shows_progress_while_the_task_runs_and_the_task_is_ok(tmp_path, server):
-    # The server's clock starts with the gate: 6 s to bind and 2 s more to be ready.
-    pid, port, log = server(bind_after=6, ready_after=2)
+    # The server's clock starts with the gate: 4 s to bind and 1 s more to be ready.
+    pid, port, log = server(bind_after=4, ready_after=1)
     rc, lines, results = play(tmp_path, pid, port, log)
     out = "\n".join(line for when, line in lines)
     assert rc == 0, out
@@ -143,8 +143,8 @@ def test_a_ready_server_shows_progress_while_the_task_runs_and_the_task_is_ok(tm
 
 
 def test_a_server_that_dies_fails_the_task_with_the_modules_message(tmp_path, server):
-    # It dies 9 s after the gate starts, which watches it and prints progress before.
-    pid, port, log = server(bind_after=1, ready_after=60, exit_after=8)
+    # It dies 5 s after the gate starts, which watches it and prints progress before.
+    pid, port, log = server(bind_after=1, ready_after=60, exit_after=4)
     rc, lines, results = play(tmp_path, pid, port, log)
     out = "\n".join(line for when, line in lines)
     live = task_lines(lines, "gate with live progress")
@@ -159,7 +159,7 @@ def test_a_server_that_dies_fails_the_task_with_the_modules_message(tmp_path, se
 
 def test_under_ansible_runner_the_progress_lines_are_job_events(tmp_path, server):
     ansible_runner = pytest.importorskip("ansible_runner")
-    pid, port, log = server(bind_after=3, ready_after=0)
+    pid, port, log = server(bind_after=2, ready_after=0)
     (tmp_path / "project").mkdir()
     (tmp_path / "project" / "gate.yml").write_text(PLAYBOOK)
     env = {key: value for key, value in environment(tmp_path).items() if key.startswith(("ANSIBLE_", "NO_PROXY"))}

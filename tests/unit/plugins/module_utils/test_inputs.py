@@ -221,3 +221,94 @@ def test_a_variants_own_perf_thresholds_are_checked_with_the_variant():
     assert errors == ["perf_thresholds.ttft_p95 must be a ratio in (0, 100), got 0"]
     ok = dict(variants, fast={"inherits": "nextn", "perf_thresholds": {"output_tokens_per_s": 1.05}})
     assert _variants.check(_variants.resolve("fast", ok)[1]) == []
+
+
+# -- the rotation hooks (sglang_service_rotation_out, sglang_service_rotation_in) --------------
+
+OUT = "sglang_service_rotation_out"
+URL_HOOK = {"url": "https://lb.example/api/pools/qwen/members/ct129", "method": "PUT",
+            "headers": {"Authorization": "Bearer lb-t0ken"}, "body": {"state": "disabled"},
+            "status_code": [200, 204], "timeout": 10, "where": "host"}
+
+
+@pytest.mark.parametrize("hook", [
+    None,
+    {},
+    {"command": ["/usr/local/bin/lb", "disable", "ct129"]},
+    {"command": ["/usr/local/bin/lb", "disable", "ct129"], "where": "host"},
+    {"url": "http://127.0.0.1:9000/out"},
+    URL_HOOK,
+    dict(URL_HOOK, status_code="204", timeout="2.5"),  # -e gives strings
+    dict(URL_HOOK, status_code=204, method="DELETE", where="controller"),
+], ids=["none", "empty", "command", "command-on-host", "url", "url-full", "url-strings", "url-status-int"])
+def test_a_well_formed_hook_passes(hook):
+    assert _inputs.check_hook(OUT, hook) == []
+
+
+@pytest.mark.parametrize("hook, errors", [
+    ("lb disable ct129", [f"{OUT} must be a dict (command: [argv...] or url: ...), or {{}} for none, got 'lb disable ct129'"]),
+    (["lb", "disable"], [f"{OUT} must be a dict (command: [argv...] or url: ...), or {{}} for none, got ['lb', 'disable']"]),
+    ({"comand": ["lb"]}, [f"{OUT} has an unknown key 'comand' (known: body, command, headers, method, status_code, timeout, "
+                          "url, where)", f"{OUT} must have exactly one of command (an argv list) and url"]),
+    ({"where": "host"}, [f"{OUT} must have exactly one of command (an argv list) and url"]),
+    ({"command": ["lb"], "url": "http://lb/out"}, [f"{OUT} must have exactly one of command (an argv list) and url"]),
+    ({"command": "lb disable ct129"},
+     [f"{OUT}.command must be a list of non-empty strings (an argv, run without a shell), got 'lb disable ct129'"]),
+    ({"command": []}, [f"{OUT}.command must be a list of non-empty strings (an argv, run without a shell), got []"]),
+    ({"command": ["lb", ""]}, [f"{OUT}.command must be a list of non-empty strings (an argv, run without a shell), got ['lb', '']"]),
+    ({"command": ["lb", 7]}, [f"{OUT}.command must be a list of non-empty strings (an argv, run without a shell), got ['lb', 7]"]),
+    ({"command": ["lb"], "method": "POST", "timeout": 5}, [f"{OUT}: only a url hook takes method, timeout"]),
+    ({"command": ["lb"], "where": "lb-host"}, [f"{OUT}.where must be controller or host, got 'lb-host'"]),
+    ({"url": "ftp://lb/out"}, [f"{OUT}.url must be an http:// or https:// URL without spaces or control characters"]),
+    ({"url": "http:// lb/out"}, [f"{OUT}.url must be an http:// or https:// URL without spaces or control characters"]),
+    ({"url": ["http://lb/out"]}, [f"{OUT}.url must be an http:// or https:// URL without spaces or control characters"]),
+    ({"url": "http://lb/out", "method": "get"}, [f"{OUT}.method must be one of GET, POST, PUT, PATCH, DELETE, got 'get'"]),
+    ({"url": "http://lb/out", "headers": ["Authorization: x"]}, [f"{OUT}.headers must map header names to strings"]),
+    ({"url": "http://lb/out", "headers": {"X-Weight": 0}}, [f"{OUT}.headers must map header names to strings"]),
+    ({"url": "http://lb/out", "status_code": 99}, [f"{OUT}.status_code must be an HTTP status or a list of them, got 99"]),
+    ({"url": "http://lb/out", "status_code": []}, [f"{OUT}.status_code must be an HTTP status or a list of them, got []"]),
+    ({"url": "http://lb/out", "status_code": [200, "ok"]},
+     [f"{OUT}.status_code must be an HTTP status or a list of them, got [200, 'ok']"]),
+    ({"url": "http://lb/out", "status_code": True}, [f"{OUT}.status_code must be an HTTP status or a list of them, got True"]),
+    ({"url": "http://lb/out", "timeout": 0}, [f"{OUT}.timeout must be a number of seconds > 0, got 0"]),
+    ({"url": "http://lb/out", "timeout": "soon"}, [f"{OUT}.timeout must be a number of seconds > 0, got 'soon'"]),
+    ({"url": "http://lb/out", "timeout": float("inf")}, [f"{OUT}.timeout must be a number of seconds > 0, got inf"]),
+])
+def test_a_malformed_hook_is_refused_with_each_problem_named(hook, errors):
+    assert _inputs.check_hook(OUT, hook) == errors
+
+
+@pytest.mark.parametrize("char", CONTROL, ids=[f"U+{ord(c):04X}" for c in CONTROL])
+def test_control_characters_in_a_hook_are_refused_and_never_quoted(char):
+    """A hook's argv, URL and headers reach a process or a request line: a newline would
+    split a header (and an Authorization header carries a secret the message must not show)."""
+    secret = f"Bearer lb-t0ken{char}X-Evil: 1"
+    errors = _inputs.check_hook(OUT, dict(URL_HOOK, headers={"Authorization": secret}))
+    assert errors == [f"{OUT}.headers.Authorization must not contain control characters (a newline would start a line of "
+                      f"its own in the unit file), found U+{ord(char):04X}"]
+    assert "lb-t0ken" not in errors[0]
+    errors = _inputs.check_hook(OUT, {"command": ["/usr/local/bin/lb", f"ct129{char}reboot"]})
+    assert len(errors) == 1 and errors[0].startswith(f"{OUT}.command[1] must not contain control characters")
+    errors = _inputs.check_hook(OUT, dict(URL_HOOK, url=f"https://lb.example/out{char}x"))
+    assert errors == [f"{OUT}.url must be an http:// or https:// URL without spaces or control characters"]
+
+
+def test_the_deploys_check_reads_both_hooks_by_their_role_variables():
+    """check() (module sglang_inputs, the preflight's first check) checks each hook under its own name,
+    with every other problem of the input reported beside them."""
+    settings = dict(good()["settings"], sglang_service_rotation_out={"command": ["/usr/local/bin/lb", "disable"]},
+                    sglang_service_rotation_in=dict(URL_HOOK, method="PUSH"))
+    assert _inputs.check(good(settings=settings)) == [
+        "sglang_service_rotation_in.method must be one of GET, POST, PUT, PATCH, DELETE, got 'PUSH'"]
+    settings["sglang_service_rotation_out"] = "lb disable"
+    settings["sglang_service_gate_interval"] = 0
+    errors = _inputs.check(good(settings=settings))
+    assert errors[0] == ("sglang_service_gate_interval (seconds between the gate's probes (the pre-gate waits 60 s)) "
+                         "must be > 0 and <= 60, got 0")
+    assert errors[1:] == [
+        "sglang_service_rotation_out must be a dict (command: [argv...] or url: ...), or {} for none, got 'lb disable'",
+        "sglang_service_rotation_in.method must be one of GET, POST, PUT, PATCH, DELETE, got 'PUSH'"]
+    # the role's defaults: no hooks
+    defaults = {name: DEFAULTS[name] for name in _inputs.ROTATION_HOOKS}
+    assert defaults == {name: {} for name in _inputs.ROTATION_HOOKS}
+    assert _inputs.check(good(settings=dict(good()["settings"], **defaults))) == []

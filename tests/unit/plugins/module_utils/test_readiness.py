@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from sim_helpers import BALANCED, MODEL, NEXTN, NOGRAPH, SHADOW, free_port
+from sim_helpers import BALANCED, MODEL, NEXTN, NOGRAPH, SHADOW, FakeClock, free_port
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _readiness as r
 
@@ -22,12 +22,22 @@ FAKE = Path(__file__).resolve().parents[2] / "fake_sglang_http.py"
 DEADLINE = 60.0
 
 
-def gate(port: int, watcher=None, api_key: str | None = None, **kw) -> dict:
+def gate(port: int, watcher=None, api_key: str | None = None, clock: FakeClock | None = None, **kw) -> dict:
+    """The gate on 127.0.0.1:port; with a FakeClock its deadline, budgets and waits
+    pass in that clock's time (for a watched process that does not need real time to
+    get anywhere: a scripted unit, a hung process)."""
     kw.setdefault("timeout", DEADLINE)
     kw.setdefault("interval", 0.25)
     kw.setdefault("settle", 0.5)
+    if clock is not None:
+        kw.update(clock=clock.monotonic, sleep=clock.sleep)
     client = r.Client(f"http://127.0.0.1:{port}", api_key, True, kw.pop("request_timeout", 10))
     return r.Gate(client, watcher or r.NoWatcher(), **kw).run()
+
+
+def unit(run, clock: FakeClock, **kw) -> r.UnitWatcher:
+    """A UnitWatcher of sglang-qwen.service over a run_command double, on the test's clock."""
+    return r.UnitWatcher(kw.pop("name", "sglang-qwen.service"), run, clock=clock.monotonic, wall_clock=clock.time, **kw)
 
 
 def watch(server) -> r.PidWatcher:
@@ -177,7 +187,9 @@ def test_wrong_api_key_is_unauthorized_not_timeout(launch):
 # -- HTTP edge cases, on the scripted server -------------------------------------
 
 def test_nothing_listening_times_out_as_not_listening():
-    result = gate(free_port(), timeout=1.5)
+    clock = FakeClock()
+    result = gate(free_port(), timeout=1.5, clock=clock)
+    assert result["elapsed"] >= 1.5
     assert (result["phase"], result["failure"]) == ("http", "not_listening")
     assert result["last_response"] == "connection refused"
 
@@ -312,17 +324,20 @@ BASE = {"LoadState": "loaded", "ActiveState": "active", "SubState": "running", "
     ({"ActiveState": "deactivating", "SubState": "stop-sigterm"}, "unit_inactive", "deactivating"),
 ])
 def test_unit_state_changes_end_the_wait(later, failure, detail):
-    watcher = r.UnitWatcher("sglang-qwen.service", fake_systemctl([BASE, BASE, {**BASE, **later}]))
-    result = gate(free_port(), watcher, timeout=30)
+    clock = FakeClock()
+    watcher = unit(fake_systemctl([BASE, BASE, {**BASE, **later}]), clock)
+    result = gate(free_port(), watcher, timeout=30, clock=clock)
     assert result["failure"] == failure
     assert detail in result["detail"]
-    assert result["elapsed"] < 10  # the 30 s deadline is not waited out (up to 6 s go to looking for a cause)
+    assert result["elapsed"] < 10  # the 30 s deadline is not waited out ...
+    assert result["elapsed"] >= r.UnitWatcher.cause_wait  # ... the journal is read for a cause for 6 s (it has none)
     assert result["msg"].startswith("unit sglang-qwen.service")
 
 
 def test_unit_not_installed():
-    watcher = r.UnitWatcher("nope.service", fake_systemctl([{**BASE, "LoadState": "not-found", "ActiveState": "inactive"}]))
-    result = gate(free_port(), watcher)
+    clock = FakeClock()
+    watcher = unit(fake_systemctl([{**BASE, "LoadState": "not-found", "ActiveState": "inactive"}]), clock, name="nope.service")
+    result = gate(free_port(), watcher, clock=clock)
     assert (result["phase"], result["failure"]) == ("process", "unit_missing")
     assert "not-found" in result["msg"]
     assert result["elapsed"] < 2  # no waiting for a dead process's last lines: there was none
@@ -349,31 +364,68 @@ def test_journal_since_the_units_start_only():
     assert "SGLang could not size its KV pool" in result["msg"]
 
 
-def test_log_since_reads_only_what_the_unit_wrote_after_it():
-    """The watchdog's probe of a server up for hours (log_since: the probe's start) reads the
-    journal from then, not the run's whole log: an old error line of the same run is not its cause."""
-    start_us = int((time.time() - 3600) * 1e6)
-    up = {**BASE, "InactiveExitTimestampMonotonic": str(int((time.monotonic() - 3600) * 1e6))}
-    journal = [
-        {"__CURSOR": "c1", "__REALTIME_TIMESTAMP": str(start_us + 5_000_000), "MESSAGE": "an hour-old line"},
-        {"__CURSOR": "c2", "__REALTIME_TIMESTAMP": str(int(time.time() * 1e6)), "MESSAGE": "a line of the probe"},
-    ]
-    seen = []
-    run = fake_systemctl([up], journal)
+def up_for(clock: FakeClock, seconds: float) -> FakeClock:
+    """The clock of a machine up an hour longer than ``seconds`` at least, whatever this
+    one's uptime (systemd's monotonic timestamps count from boot: a unit started
+    ``seconds`` ago on a machine up less has no such timestamp)."""
+    clock.now = max(clock.now, seconds + 3600.0)
+    clock.epoch = time.time() - clock.now
+    return clock
 
+
+def probe_journal(clock: FakeClock) -> list[dict]:
+    """A journal with a line from an hour ago (the same run) and one from now (the probe's)."""
+    now_us = int(clock.time() * 1e6)
+    return [
+        {"__CURSOR": "c1", "__REALTIME_TIMESTAMP": str(now_us - 3595_000_000), "MESSAGE": "an hour-old line"},
+        {"__CURSOR": "c2", "__REALTIME_TIMESTAMP": str(now_us), "MESSAGE": "a line of the probe"},
+    ]
+
+
+def recorded(run, seen: list):
     def recording(argv):
         seen.append(argv)
         return run(argv)
+    return recording
 
-    since = time.time() - 0.5
-    watcher = r.UnitWatcher("sglang-qwen.service", recording, log_since=since)
+
+def test_log_since_reads_only_what_the_unit_wrote_after_it():
+    """The watchdog's probe of a server up for hours (log_since: the probe's start) reads the
+    journal from then, not the run's whole log: an old error line of the same run is not its cause."""
+    clock = up_for(FakeClock(), 3600)
+    up = {**BASE, "InactiveExitTimestampMonotonic": str(int((clock.monotonic() - 3600) * 1e6))}
+    journal = probe_journal(clock)
+    seen: list = []
+    since = clock.time() - 0.5
+    watcher = unit(recorded(fake_systemctl([up], journal), seen), clock, log_since=since)
     watcher.begin()
+    assert watcher.since_start() == pytest.approx(3600, abs=1)
     assert watcher.all_lines() == ["a line of the probe"]
     assert f"--since=@{int(since - 1.0) - 1}" in seen[-1]
     # without it, the run's whole journal
-    whole = r.UnitWatcher("sglang-qwen.service", fake_systemctl([up], journal))
+    whole = unit(recorded(fake_systemctl([up], journal), seen), clock)
     whole.begin()
     assert whole.all_lines() == ["an hour-old line", "a line of the probe"]
+    assert f"--since=@{int(clock.time() - 3600) - 1}" in seen[-1]
+
+
+def test_log_since_holds_when_the_units_start_is_unknown():
+    """systemd gives no start (InactiveExitTimestampMonotonic 0: none recorded): the probe
+    still reads only from log_since; without log_since, the journal's last 200 lines."""
+    clock = FakeClock()
+    unknown = {**BASE, "InactiveExitTimestampMonotonic": "0"}
+    journal = probe_journal(clock)
+    seen: list = []
+    since = clock.time() - 0.5
+    watcher = unit(recorded(fake_systemctl([unknown], journal), seen), clock, log_since=since)
+    watcher.begin()
+    assert watcher.since_start() is None
+    assert watcher.all_lines() == ["a line of the probe"]
+    assert f"--since=@{int(since - 1.0) - 1}" in seen[-1] and "-n" not in seen[-1]
+    whole = unit(recorded(fake_systemctl([unknown], journal), seen), clock)
+    whole.begin()
+    assert whole.all_lines() == ["an hour-old line", "a line of the probe"]
+    assert seen[-1][-2:] == ["-n", "200"] and not any(a.startswith("--since") for a in seen[-1])
 
 
 def test_gate_begun_after_the_crash_reads_the_crashed_run():
@@ -420,8 +472,8 @@ def test_a_fresh_start_does_not_read_the_previous_crash():
          "MESSAGE": "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."},
         {"__CURSOR": "c2", "__REALTIME_TIMESTAMP": str(start_us + 5_200_000), "MESSAGE": "ValueError: nope"},
     ]
-    watcher = r.UnitWatcher("sglang-qwen.service", fake_systemctl([failed], journal))
-    result = gate(free_port(), watcher)
+    clock = FakeClock()
+    result = gate(free_port(), unit(fake_systemctl([failed], journal), clock), clock=clock)
     assert result["cause"] != "kv_pool_too_small"
 
 
@@ -567,7 +619,7 @@ CAPTURE = ["[2026-12-01 17:15:12 TP0] Init torch distributed begin.",
 
 def test_a_silent_hang_in_capture_is_stalled_at_its_budget(hanging):
     h = hanging(CAPTURE)
-    result = gate(free_port(), h.watcher(), budgets={"cuda_graph": 2})
+    result = gate(free_port(), h.watcher(), budgets={"cuda_graph": 2}, clock=FakeClock())
     assert (result["failure"], result["stage"], result["phase"]) == ("stalled", "cuda_graph", "http"), result["msg"]
     assert 2 <= result["elapsed"] < 6, result["elapsed"]  # the budget, not the 60 s deadline
     assert "no progress in stage cuda_graph" in result["detail"] and "Capture cuda graph begin" in result["detail"]
@@ -578,23 +630,23 @@ def test_a_silent_hang_in_capture_is_stalled_at_its_budget(hanging):
 
 def test_a_budget_of_zero_turns_the_stage_off(hanging):
     h = hanging(CAPTURE)
-    result = gate(free_port(), h.watcher(), timeout=3, budgets={"cuda_graph": 0})
+    result = gate(free_port(), h.watcher(), timeout=3, budgets={"cuda_graph": 0}, clock=FakeClock())
     assert result["failure"] == "not_listening", result["msg"]
 
 
 def test_without_a_log_there_is_no_stall_verdict(hanging):
     h = hanging(CAPTURE)
-    result = gate(free_port(), r.PidWatcher(h.proc.pid), timeout=3, budgets={"starting": 1})
+    result = gate(free_port(), r.PidWatcher(h.proc.pid), timeout=3, budgets={"starting": 1}, clock=FakeClock())
     assert result["failure"] == "not_listening" and result["stage"] is None
 
 
 def test_a_start_whose_log_shows_nothing_is_not_judged_by_the_starting_budget(hanging):
     """No line at all: the server logs where the gate does not read (a unit writing to a
     file), which is no hang; one line and then silence is."""
-    result = gate(free_port(), hanging([]).watcher(), timeout=3, budgets={"starting": 1})
+    result = gate(free_port(), hanging([]).watcher(), timeout=3, budgets={"starting": 1}, clock=FakeClock())
     assert result["failure"] == "not_listening" and result["stage"] == "starting"
     result = gate(free_port(), hanging(["[2026-12-01 17:15:02] Using default HuggingFace chat template"]).watcher(),
-                  timeout=10, budgets={"starting": 1})
+                  timeout=10, budgets={"starting": 1}, clock=FakeClock())
     assert (result["failure"], result["stage"]) == ("stalled", "starting"), result["msg"]
 
 
@@ -602,8 +654,8 @@ def test_a_long_running_server_is_not_judged_by_the_starting_budget(hanging):
     """A server up longer than the starting budget whose log shows no milestone (rotated
     away) is not failed as stalled in starting: only what the gate sees counts."""
     h = hanging([])
-    time.sleep(1.2)
-    result = gate(free_port(), h.watcher(), timeout=3, budgets={"starting": 1})
+    time.sleep(0.6)  # the process's real age, from /proc: longer than the budget
+    result = gate(free_port(), h.watcher(), timeout=3, budgets={"starting": 0.3}, clock=FakeClock())
     assert result["failure"] == "not_listening" and result["stage"] is None
 
 
@@ -640,7 +692,8 @@ def test_lines_logged_under_the_units_name_by_someone_else_are_not_read():
             if any(a.startswith("SYSLOG_IDENTIFIER=") for a in argv):
                 return 0, "".join(json.dumps(e) + "\n" for e in journal), ""
             return 0, "", ""  # the unit's own stream: nothing stored
-        return gate(free_port(), r.UnitWatcher("sglang-qwen.service", command), timeout=20)
+        clock = FakeClock()
+        return gate(free_port(), unit(command, clock), timeout=20, clock=clock)
 
     assert run([forged])["cause"] == "unknown"
     # the unit's own main process (seen by the gate as MainPID 4242) is read
@@ -655,8 +708,9 @@ def test_the_progress_file_never_holds_the_key(hanging, tmp_path):
                  "admin_api_key='adm1n', tokenizer_mode='auto')"])
     progress = tmp_path / "p.json"
     client = r.Client(f"http://127.0.0.1:{free_port()}", "k3y-in-log", True, 10)
+    clock = FakeClock()
     result = r.Gate(client, h.watcher(), timeout=DEADLINE, interval=0.25, budgets={"weights": 1},
-                    progress_file=str(progress)).run()
+                    progress_file=str(progress), clock=clock.monotonic, sleep=clock.sleep).run()
     assert result["failure"] == "stalled" and result["stage"] == "weights"
     state = json.loads(progress.read_text())
     assert "api_key=********" in state["last_log_line"] and "admin_api_key=********" in state["last_log_line"]

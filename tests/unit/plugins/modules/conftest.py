@@ -1,6 +1,6 @@
 """Fixtures shared by the ddtree_build module tests (test_ddtree_build*.py): a
 virtual environment with the real SGLang 0.5.11 installed, once per test
-module, a fresh copy of it per test, and a CUDA 12 runtime stand-in."""
+session, a fresh copy of it per test, and a CUDA 12 runtime stand-in."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 from ddtree_helpers import copy_venv, lab_ddtree, make_venv
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def pristine(tmp_path_factory) -> Path:
-    """SGLang installed into a throwaway venv, shared by the tests of one module: never change it, copy it."""
+    """SGLang installed into a throwaway venv, shared by the tests of every module: never change it, copy it."""
     return make_venv(tmp_path_factory.mktemp("ddtree-venv") / "venv")
 
 
