@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from real_sglang import REPO, paths
+from real_sglang import REPO, paths, validate_gpu_cases
 
 sys.path.insert(0, str(REPO / "collections"))
 sys.path.insert(0, str(REPO / "lab" / "simulator"))
@@ -16,3 +16,10 @@ sys.path.insert(0, str(REPO / "lab" / "simulator"))
 @pytest.fixture(scope="session")
 def real() -> dict[str, str]:
     return paths()
+
+
+@pytest.fixture(scope="session")
+def gpu_validated(real) -> dict:
+    """lab/real/validate_args.py's answers to every case the modules registered
+    (real_sglang.register_gpu_cases): one process per release and GPU profile, two at a time."""
+    return validate_gpu_cases(real)

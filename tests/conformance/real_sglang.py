@@ -54,6 +54,57 @@ def environment(real: dict[str, str], cpu: bool = True, **extra: str) -> dict[st
     return env
 
 
+# lab/real/validate_args.py's cases, which the test modules register as they are collected:
+# (owner, release, tag, make), make() -> (the GPU profile's arguments, {case id: argv}). The
+# session's fixture ``gpu_validated`` (conftest.py) runs one validate_args.py process per
+# release and GPU profile for every case registered with it: importing sglang takes most of
+# a process's time, and one process serves one profile (SGLang caches the GPU's answers).
+GPU_CASES: list[tuple[str, str, str, object]] = []
+
+
+def register_gpu_cases(owner: str, release: str, tag: str, make) -> None:
+    """Cases for validate_args.py, answered under (owner, release, tag) (the tag: a host, say)."""
+    GPU_CASES.append((owner, release, tag, make))
+
+
+def validate_gpu_cases(real: dict[str, str]) -> dict:
+    """(owner, release, tag) -> {sglang, speculative_algorithms, results: {case id: answer},
+    argv: {case id: argv}, seconds (of the whole process), argvs (in the whole process)}."""
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
+    groups: dict[tuple[str, tuple[str, ...]], dict] = {}
+    for owner, release, tag, make in GPU_CASES:
+        profile, cases = make()
+        group = groups.setdefault((release, tuple(profile)), {})
+        for name, argv in cases.items():
+            assert (owner, tag, name) not in group, (owner, tag, name)
+            group[(owner, tag, name)] = argv
+
+    def one(key: tuple[str, tuple[str, ...]]) -> tuple[tuple[str, tuple[str, ...]], dict]:
+        release, profile = key
+        cases = [{"id": list(case), "argv": argv} for case, argv in groups[key].items()]
+        start = time.monotonic()
+        proc = subprocess.run([python(real, release), str(REPO / "lab/real/validate_args.py"), *profile, "--cases", "-"],
+                              input=json.dumps(cases), capture_output=True, text=True, cwd=REPO, timeout=600, check=False,
+                              env=environment(real, cpu=False, CUDA_DEVICE_ORDER="PCI_BUS_ID"))
+        seconds = time.monotonic() - start
+        assert proc.returncode in (0, 1), f"validate_args.py {release} {' '.join(profile)} exit {proc.returncode}: {proc.stderr[-3000:]}"
+        return key, dict(json.loads(proc.stdout), seconds=seconds, argvs=len(cases))
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        done = dict(pool.map(one, list(groups)))
+    out: dict = {}
+    for (release, profile), answer in done.items():
+        for (owner, tag, name), argv in groups[(release, profile)].items():
+            mine = out.setdefault((owner, release, tag), {
+                "sglang": answer["sglang"], "speculative_algorithms": answer["speculative_algorithms"],
+                "results": {}, "argv": {}, "seconds": answer["seconds"], "argvs": answer["argvs"]})
+            [result] = [r for r in answer["results"] if r["id"] == [owner, tag, name]]
+            mine["results"][name] = result
+            mine["argv"][name] = argv
+    return out
+
+
 CPU_ARGS = ("--device", "cpu", "--sampling-backend", "pytorch", "--disable-cuda-graph",
             "--max-total-tokens", "4096", "--context-length", "1024")
 

@@ -13,25 +13,23 @@ patched build's) are skipped, and only for that reason: the test first checks
 that the real release refuses them for exactly that.
 
 One harness process per (release, host) validates all of its argvs (importing
-sglang takes most of the time); the four run two at a time.
+sglang takes most of the time), with test_real_server_args.py's cases of the same
+GPU profile (real_sglang.register_gpu_cases); the four run two at a time.
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
-import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import yaml
 
-from real_sglang import REPO, RELEASES, environment, python
+from real_sglang import REPO, RELEASES, register_gpu_cases
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _gpu, _variants
 
-HARNESS = REPO / "lab/real/validate_args.py"
 DEFAULTS = yaml.safe_load((REPO / "roles/sglang_service/defaults/main.yml").read_text())
 HOSTS = ("ct129", "ct200")
 VERSIONS = {release: _variants.parse_version(release) for release in RELEASES}
@@ -124,27 +122,16 @@ def rendered(host: str, release: str) -> dict[str, list[str]]:
     return out
 
 
+for _release in RELEASES:
+    for _host in HOSTS:
+        register_gpu_cases("table", _release, _host,
+                           lambda release=_release, host=_host: (gpu_profile(host), rendered(host, release)))
+
+
 @pytest.fixture(scope="session")
-def validated(real) -> dict:
-    """(release, host) -> {sglang, speculative_algorithms, results: {case id: answer}, seconds}."""
-
-    def one(key: tuple[str, str]) -> tuple[tuple[str, str], dict]:
-        release, host = key
-        cases = [{"id": name, "argv": argv} for name, argv in rendered(host, release).items()]
-        start = time.monotonic()
-        proc = subprocess.run([python(real, release), str(HARNESS), *gpu_profile(host), "--cases", "-"],
-                              input=json.dumps(cases), capture_output=True, text=True, env=environment(real, cpu=False, CUDA_DEVICE_ORDER="PCI_BUS_ID"),
-                              cwd=REPO, timeout=600, check=False)
-        seconds = time.monotonic() - start
-        assert proc.returncode in (0, 1), f"validate_args.py {release} {host} exit {proc.returncode}: {proc.stderr[-3000:]}"
-        answer = json.loads(proc.stdout)
-        answer["results"] = {r["id"]: r for r in answer["results"]}
-        answer["seconds"] = seconds
-        answer["argv"] = {c["id"]: c["argv"] for c in cases}
-        return key, answer
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(pool.map(one, [(r, h) for r in RELEASES for h in HOSTS]))
+def validated(gpu_validated) -> dict:
+    """(release, host) -> {sglang, speculative_algorithms, results: {case id: answer}, argv, seconds, argvs}."""
+    return {(release, host): gpu_validated[("table", release, host)] for release in RELEASES for host in HOSTS}
 
 
 def upstream(answer: dict, params: dict) -> bool:
@@ -237,5 +224,6 @@ def test_the_hosts_gpu_figures_reach_sglangs_own_defaults(validated, release):
 def test_time(validated):
     """Each (release, host) harness process, for the report: import once, then one fork per argv."""
     for (release, host), answer in sorted(validated.items()):
-        print(f"validate_args.py {release} {host}: {len(answer['results'])} argvs in {answer['seconds']:.1f} s")
+        print(f"validate_args.py {release} {host}: {len(answer['results'])} argvs of the table "
+              f"({answer['argvs']} in the process) in {answer['seconds']:.1f} s")
         assert answer["seconds"] < 300

@@ -3,9 +3,12 @@
 Each case runs the gate as wait_for_sglang does in PID mode: a Gate with a PidWatcher on
 the real server's main process and its log file. The server is real sglang 0.5.11 (the
 pinned release; the ready case on 0.5.23 too) from lab/real/build.sh's cache, started by
-real_sglang.RealServer. One server (``shared``) serves the ready, key, port-taken and
-killed-scheduler cases, so the file runs in a few minutes on 2 cores; it never runs more
-than two real servers at once (only the port-taken case does).
+real_sglang.RealServer. One server (``shared``) serves the ready, metrics, key, drain,
+benchmark, port-taken, wedged and killed-scheduler cases (the last, which kills it, runs
+last; a case after it gets a fresh one), and the three variants refused at start are started
+together (they die in argument resolution), so the file runs in a few minutes on 2 cores;
+besides those three it never runs more than two real servers at once (only the port-taken
+case does).
 
 Every figure a case measures (time from the server's death to the verdict, the case's own
 wall time) is printed at the end of the module (``pytest -s`` or ``-rA`` shows it).
@@ -122,13 +125,24 @@ def requests_for(server: RealServer, paths: tuple[str, ...]) -> int:
 
 
 @pytest.fixture(scope="module")
-def shared(real, tmp_path_factory):
+def shared_servers(real, tmp_path_factory):
+    """The shared 0.5.11 servers of the module (one, unless a case killed it), stopped at its end."""
+    started: list[RealServer] = []
+    yield started
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture
+def shared(real, tmp_path_factory, shared_servers):
     """One real 0.5.11 server with an API key and --enable-metrics (as the role renders it), started
-    when the first case needs it: the first gate waits through its real load."""
-    server = RealServer(real, "0.5.11", tmp_path_factory.mktemp("shared") / "shared.log",
-                        args=("--api-key", KEY, "--enable-metrics"))
-    yield server
-    server.stop()
+    when the first case needs it: the first gate waits through its real load. A case that ends it
+    (the killed scheduler, last in the file) leaves any case after it a fresh one: the cases hold
+    in any order."""
+    if not shared_servers or shared_servers[-1].proc.poll() is not None:
+        shared_servers.append(RealServer(real, "0.5.11", tmp_path_factory.mktemp("shared") / "shared.log",
+                                         args=("--api-key", KEY, "--enable-metrics")))
+    return shared_servers[-1]
 
 
 @pytest.fixture
@@ -427,27 +441,50 @@ def test_killed_scheduler_after_ready_ends_the_gate_with_the_real_line(shared):
 
 # -- 2. variants real SGLang refuses at start -----------------------------------------
 
-@pytest.mark.parametrize("case", ["context_length", "served_name", "port"])
-def test_a_refused_variant_ends_the_gate_within_a_poll(real, servers, case):
-    if case == "context_length":
-        # 0.5.11 srt/configs/model_config.py:452-477, raised from ServerArgs.__post_init__
-        limit = model_max(real)
-        server = servers("0.5.11", "--context-length", str(limit * 2))
-        cause = "context_length"
-        line = (f"ValueError: Warning: User-specified context_length ({limit * 2}) is greater than the derived "
-                f"context_length ({limit}).")
-    elif case == "served_name":
-        # 0.5.11 srt/server_args.py:6804-6809, check_server_args (engine.py:673)
-        server = servers("0.5.11", "--served-model-name", "tiny:v1")
-        cause, line = "invalid_argument", "AssertionError: served_model_name cannot contain a colon (':') character."
-    else:
-        # 0.5.11 srt/server_args.py:1042-1050: the gRPC port is port + 10000, even with gRPC off
-        port = free_port(55536, 60999)
-        server = servers("0.5.11", port=port)
-        cause, line = "invalid_argument", f"ValueError: SGLANG_GRPC_PORT ({port + 10000}) must be between 1 and 65535"
-    clock = ExitClock(server.proc.pid)
-    result = run_gate(server)
-    done = time.monotonic()
+REFUSED = ("context_length", "served_name", "port")
+
+
+@pytest.fixture(scope="module")
+def refused(real, tmp_path_factory):
+    """The three variants real 0.5.11 refuses at start, started together when the first case needs
+    them, each with its exit clock and its gate running from its start as wait_for_sglang's would:
+    three servers that die in argument resolution, their imports side by side instead of one after
+    another. case -> (server, gate, clock, cause, line)."""
+    out = {}
+    for case in REFUSED:
+        args: tuple[str, ...] = ()
+        port = None
+        if case == "context_length":
+            # 0.5.11 srt/configs/model_config.py:452-477, raised from ServerArgs.__post_init__
+            limit = model_max(real)
+            args = ("--context-length", str(limit * 2))
+            cause = "context_length"
+            line = (f"ValueError: Warning: User-specified context_length ({limit * 2}) is greater than the derived "
+                    f"context_length ({limit}).")
+        elif case == "served_name":
+            # 0.5.11 srt/server_args.py:6804-6809, check_server_args (engine.py:673)
+            args = ("--served-model-name", "tiny:v1")
+            cause, line = "invalid_argument", "AssertionError: served_model_name cannot contain a colon (':') character."
+        else:
+            # 0.5.11 srt/server_args.py:1042-1050: the gRPC port is port + 10000, even with gRPC off
+            port = free_port(55536, 60999)
+            cause, line = "invalid_argument", f"ValueError: SGLANG_GRPC_PORT ({port + 10000}) must be between 1 and 65535"
+        server = RealServer(real, "0.5.11", tmp_path_factory.mktemp("refused") / f"{case}.log", port=port, args=args)
+        clock = ExitClock(server.proc.pid)
+        gate = GateThread(server, settle=1.0)
+        gate.start()
+        out[case] = (server, gate, clock, cause, line)
+    yield out
+    for server, *_rest in out.values():
+        server.stop()
+
+
+@pytest.mark.parametrize("case", REFUSED)
+def test_a_refused_variant_ends_the_gate_within_a_poll(refused, case):
+    server, gate, clock, cause, line = refused[case]
+    gate.join(LOAD_DEADLINE + 30)
+    assert not gate.is_alive(), "the gate did not end"
+    result, done = gate.result, gate.done
     assert result["failure"] == "process_exited", result["msg"]
     assert result["cause"] == cause, result
     assert result["cause_line"].startswith(line), result["cause_line"]

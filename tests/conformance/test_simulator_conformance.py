@@ -11,6 +11,7 @@ import ast
 import functools
 import re
 import zipfile
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -535,9 +536,26 @@ def pieces(text: str) -> list[str]:
     return out
 
 
+MESSAGES_TEST = "test_every_simulator_message_exists_in_the_release"
+
+
+def corpus_of(path: Path) -> str:
+    return "\n".join(string_constants(path))
+
+
+@pytest.fixture(scope="module")
+def corpora(request) -> dict[Path, str]:
+    """wheel -> its string constants (string_constants), for the wheels whose message case is
+    selected: parsing a release's sources takes seconds of CPU each, so two processes share them."""
+    wanted = [item.callspec.params["wheel_path"] for item in request.session.items
+              if getattr(item, "originalname", None) == MESSAGES_TEST and hasattr(item, "callspec")]
+    with ProcessPoolExecutor(max_workers=2) as pool:
+        return dict(zip(wanted, pool.map(corpus_of, wanted)))
+
+
 @pytest.mark.parametrize("wheel_path", WHEELS, ids=IDS)
-def test_every_simulator_message_exists_in_the_release(wheel_path):
-    corpus = "\n".join(string_constants(wheel_path))
+def test_every_simulator_message_exists_in_the_release(wheel_path, corpora):
+    corpus = corpora[wheel_path]
     rel = sim_release(wheel_path)
     missing = []
     for file, line, text in simulator_messages(rel):
