@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import testinfra
+import yaml
 
 HOST = testinfra.get_host("podman://prov-ct129")
 HOME = "/usr/local/cuda-13.0"
@@ -102,18 +103,87 @@ def test_apt_upgrade_would_not_move_the_toolkit():
     assert not [line for line in dist.stdout.splitlines() if line.startswith("Inst cuda")], dist.stdout
 
 
-@pytest.mark.parametrize(("extra", "message"), [
-    (["cuda_toolkit_package=cuda-13-0"], "is or pulls a kernel driver; this role never installs one"),
-    (["cuda_toolkit_package=cuda-drivers"], "is or pulls a kernel driver; this role never installs one"),
-    (["cuda_toolkit_package_version=12.8.1-1"], "A version change is a change of both"),
-    (["cuda_toolkit_mode=mirror", "cuda_toolkit_repo_url="], "mode mirror needs cuda_toolkit_repo_url"),
-    (["cuda_toolkit_mode=preinstalled", "cuda_toolkit_package_version=13.0.2-1"],
-     "says 13.0.1, the package is at 13.0.1-1"),
-])
-def test_bad_input_fails_before_changing_anything(extra, message):
+# Each bad-input case: the values an operator could pass with -e, and what the refusal says.
+BAD_INPUT = {
+    "cuda-13-0": ({"cuda_toolkit_package": "cuda-13-0"}, "is or pulls a kernel driver; this role never installs one"),
+    "cuda-drivers": ({"cuda_toolkit_package": "cuda-drivers"},
+                     "is or pulls a kernel driver; this role never installs one"),
+    "version-of-another-release": ({"cuda_toolkit_package_version": "12.8.1-1"}, "A version change is a change of both"),
+    "mirror-without-url": ({"cuda_toolkit_mode": "mirror", "cuda_toolkit_repo_url": ""},
+                           "mode mirror needs cuda_toolkit_repo_url"),
+    "preinstalled-other-version": ({"cuda_toolkit_mode": "preinstalled", "cuda_toolkit_package_version": "13.0.2-1"},
+                                   "says 13.0.1, the package is at 13.0.1-1"),
+}
+
+
+def host_vars(name: str) -> dict:
+    """The variables the scenario's inventory gives a host (its connection), in any group."""
+    found: dict = {}
+
+    def walk(group: dict) -> None:
+        found.update(((group or {}).get("hosts") or {}).get(name) or {})
+        for child in ((group or {}).get("children") or {}).values():
+            walk(child)
+
+    for group in yaml.safe_load(Path(os.environ["MOLECULE_INVENTORY_FILE"]).read_text()).values():
+        walk(group)
+    return found
+
+
+@pytest.fixture(scope="module")
+def bad_input(tmp_path_factory):
+    """Every bad-input case in ONE run of provision.yml (bad_input.yml): each case is an inventory
+    host of its own standing for the provisioned container, in its groups, with the case's values
+    over the lab's settings. What the host holds is read before and after the run."""
+    tmp = tmp_path_factory.mktemp("bad-input")
+    connection = {"ansible_host": "prov-ct129", **host_vars("prov-ct129")}
+    hosts = {}
+    for case, (values, _message) in BAD_INPUT.items():
+        (tmp / f"{case}.json").write_text(json.dumps(values))
+        hosts[f"bad-{case}"] = {**connection, "provision_case_vars": str(tmp / f"{case}.json")}
+    (tmp / "inventory.yml").write_text(yaml.safe_dump({"all": {"children": {
+        "provision_bad_input": {"hosts": hosts},
+        "sglang_servers": {"hosts": dict.fromkeys(hosts)},
+        "gpu_rtx_a6000": {"hosts": dict.fromkeys(hosts)},
+    }}}))
     before = (installed(), HOST.file(PREFERENCES).content_string)
-    result = playbook(*extra)
-    output = " ".join((result.stdout + result.stderr).split())
-    assert result.returncode != 0, output
+    # the scenario's inventory too, for its group_vars; --limit: the case hosts only
+    argv = [str(Path(sys.executable).with_name("ansible-playbook")), "-i", os.environ["MOLECULE_INVENTORY_FILE"],
+            "-i", str(tmp / "inventory.yml"), "--limit", "provision_bad_input", str(SCENARIO / "bad_input.yml")]
+    env = {**os.environ, "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json", "ANSIBLE_NOCOLOR": "1",
+           "ANSIBLE_FORCE_COLOR": "0"}
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False, env=env)
+    after = (installed(), HOST.file(PREFERENCES).content_string)
+    return run, before, after
+
+
+def failure_messages(report: dict, host: str) -> str:
+    """Every message of a failed result of the host in the run, loop items included."""
+    messages = []
+
+    def collect(result: dict) -> None:
+        if result.get("failed"):
+            messages.append(str(result.get("msg", "")))
+        for item in result.get("results") or []:
+            if isinstance(item, dict):
+                collect(item)
+
+    for play in report["plays"]:
+        for task in play["tasks"]:
+            if host in task["hosts"]:
+                collect(task["hosts"][host])
+    return " ".join(" ".join(messages).split())
+
+
+@pytest.mark.parametrize("case", BAD_INPUT)
+def test_bad_input_fails_before_changing_anything(bad_input, case):
+    run, before, after = bad_input
+    assert run.returncode != 0, (run.stdout + run.stderr)[-4000:]
+    assert run.stdout.lstrip().startswith("{"), (run.stdout + run.stderr)[-4000:]
+    report = json.loads(run.stdout)
+    host = f"bad-{case}"
+    assert report["stats"][host]["failures"] > 0, report["stats"]
+    message = BAD_INPUT[case][1]
+    output = failure_messages(report, host)
     assert message in output, output[-4000:]
-    assert (installed(), HOST.file(PREFERENCES).content_string) == before
+    assert after == before
