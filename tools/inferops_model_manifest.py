@@ -22,6 +22,13 @@ import sys
 from _collection import load
 
 stage = load("_model_stage")
+state_files = load("_state_files")
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,9 +52,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
     manifest = stage.make_manifest(args.directory, args.revision)
     path = os.path.join(args.directory, stage.MANIFEST)
-    with open(path + ".tmp", "w", encoding="utf-8") as handle:
-        json.dump(manifest, handle, indent=1, sort_keys=True)
-    os.replace(path + ".tmp", path)
+    # replaced in one step (an exclusively created temporary file, renamed), with the mode a
+    # plain new file gets under the caller's umask: the mirror serves it as it serves the weights
+    state_files.write_atomic(path, json.dumps(manifest, indent=1, sort_keys=True), 0o666 & ~_umask())
     print(f"{path}: revision {args.revision}, {len(manifest['files'])} files, "
           f"{sum(e['size'] for e in manifest['files'].values())} bytes")
     return 0

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import shlex
 import time
 
@@ -37,6 +36,8 @@ from ansible.errors import AnsibleActionFail, AnsibleError
 from ansible.module_utils.common.validation import check_type_float
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
+
+from ansible_collections.inferops.sglang.plugins.module_utils import _mask
 
 display = Display()
 
@@ -60,12 +61,6 @@ PROGRESS_NAME = "wait_for_sglang.progress.json"
 # Keys async_status adds to a finished job's record; the rest is the module's result.
 ASYNC_STATUS_KEYS = ("finished", "ansible_job_id")
 LINE_TEXT_MAX = 200
-# A log line can hold a secret (SGLang logs its server_args, --api-key among them): the
-# value of a name ending in key/token/secret/password is masked, as a flag or an assignment.
-_SECRET_NAME = r"(?:\w+[_-])?(?:key|token|secret|password|passwd)"
-_SECRET_FLAG = re.compile(r"(--(?:[\w-]*[_-])?(?:key|token|secret|password|passwd))(\s+|=)('[^']*'|\"[^\"]*\"|\S+)", re.IGNORECASE)
-_SECRET_ASSIGNMENT = re.compile(rf"(?<![\w-])({_SECRET_NAME})(\s*[=:]\s*)('[^']*'|\"[^\"]*\"|[^\s,)]+)", re.IGNORECASE)
-MASK = "********"
 
 
 def _number(value) -> float | None:
@@ -97,15 +92,6 @@ def async_limit(args: dict) -> int | None:
     return int(math.ceil(timeout)) + ASYNC_MARGIN
 
 
-def masked(text: str, secrets: tuple[str, ...] = ()) -> str:
-    """The text with known secrets and secret-looking values replaced by ********."""
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, MASK)
-    text = _SECRET_FLAG.sub(lambda m: m.group(1) + m.group(2) + MASK, text)
-    return _SECRET_ASSIGNMENT.sub(lambda m: m.group(1) + m.group(2) + MASK, text)
-
-
 def _clip(text: str) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= LINE_TEXT_MAX else text[:LINE_TEXT_MAX - 3] + "..."
@@ -126,7 +112,8 @@ def progress_line(host: str, progress: dict, secrets: tuple[str, ...] = (), with
         parts.append(f"stage {progress['stage']}" + (f" {stage_elapsed:.0f} s" if stage_elapsed is not None else ""))
     line = f"[{host}] wait_for_sglang: " + ", ".join(parts)
     text = progress.get("last_log_line") or progress.get("event")
-    return line + (f": {_clip(masked(str(text), secrets))}" if text and with_text else "")
+    # a log line can hold a secret (SGLang logs its server_args, the API key among them)
+    return line + (f": {_clip(_mask.mask(str(text), secrets))}" if text and with_text else "")
 
 
 def up_to_date(progress: dict, now: float | None) -> dict:

@@ -71,6 +71,8 @@ import stat
 import tempfile
 import typing as t
 
+from ansible_collections.inferops.sglang.plugins.module_utils import _state_files as state_files
+
 WORK_DIR = ".inferops-ddtree"
 JOURNAL = "journal.json"
 JOURNAL_FORMAT = 2
@@ -403,22 +405,12 @@ def _fsync_dir(path: str) -> None:
 
 
 def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
-    """Write a file by rename, so a reader sees the old or the new content, never part of one."""
+    """Write a file by rename, so a reader sees the old or the new content, never part of one
+    (``_state_files.write_atomic``: an exclusively created temporary file, fsync, the mode,
+    rename, then the directory synced)."""
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(directory)
+    state_files.write_atomic(path, data, mode, sync_dir=True)
 
 
 def write_json(path: str, data: dict) -> None:

@@ -5,7 +5,8 @@
 
 The lock is one JSON file on the host (``LOCK_FIELDS``). It is created
 atomically: the record is written to a temporary file in the same directory
-(mode 0600) and ``os.link()``-ed to the lock's name, which fails when the
+(mode 0600, created exclusively under an unpredictable name by
+``_state_files.write_temp``) and ``os.link()``-ed to the lock's name, which fails when the
 name exists, so two deploys can never both create it. An existing lock is
 only ever changed by replacing it whole (a fresh temporary file renamed over
 it) or by removing it, always after re-reading it under an exclusive
@@ -28,6 +29,8 @@ import os
 import time
 from contextlib import contextmanager
 from typing import Callable, Iterator
+
+from ansible_collections.inferops.sglang.plugins.module_utils import _state_files as state_files
 
 # The lock file's keys, in the order they are written.
 LOCK_FIELDS = ("run_id", "service", "variant", "controller_user", "controller_host", "controller_pid",
@@ -171,23 +174,14 @@ def ensure_dir(path: str) -> bool:
 
 
 def _write_temp(path: str, record: dict) -> str:
-    directory = os.path.dirname(os.path.abspath(path))
-    temp = os.path.join(directory, f".{os.path.basename(path)}.{record['run_id']}.{os.getpid()}.{time.monotonic_ns()}.tmp")
+    """The record in a new temporary file beside the lock (mode 0600, synced), created
+    exclusively under an unpredictable name (``_state_files.write_temp``); the caller links
+    it to the lock's name (create) or renames it over the lock (replace), and removes it."""
     data = (json.dumps(record, indent=2) + "\n").encode("utf-8")
     try:
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        return state_files.write_temp(path, data, 0o600)
     except OSError as exc:
         raise LockError(f"cannot write the deploy lock {path}: {exc}") from exc
-    try:
-        os.fchmod(fd, 0o600)
-        os.write(fd, data)
-        os.fsync(fd)
-    except OSError as exc:
-        os.close(fd)
-        _unlink(temp)
-        raise LockError(f"cannot write the deploy lock {path}: {exc}") from exc
-    os.close(fd)
-    return temp
 
 
 def _unlink(path: str) -> None:

@@ -15,7 +15,8 @@ come from it unless the inventory or ``-e`` sets them, and a variant whose
 build has no passing verdict is refused.
 
 Pure functions (no processes); the only file operations are ``read`` and
-``write`` (atomic: a temporary file in the same directory, fsync, rename).
+``write`` (atomic: a temporary file in the same directory, created exclusively, fsync,
+rename).
 A second provision run that finds the same host leaves the file untouched:
 ``same`` compares everything but the provenance and the verdict times.
 """
@@ -24,7 +25,8 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+
+from ansible_collections.inferops.sglang.plugins.module_utils import _state_files as state_files
 
 SCHEMA = 1
 DEFAULT_PATH = "/etc/inferops-sglang/host.json"
@@ -289,29 +291,11 @@ def read_optional(path: str) -> dict | None:
 
 
 def write(path: str, manifest: dict, mode: int = 0o644) -> None:
-    """Write atomically: a temporary file beside it, fsync, chmod, rename, fsync the directory."""
+    """Write atomically (``_state_files.write_atomic``): a temporary file beside it, created
+    exclusively, fsync, chmod, rename, fsync the directory."""
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, mode=0o755, exist_ok=True)
-    handle, temp = tempfile.mkstemp(prefix=".host.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(dumps(manifest))
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(temp, mode)
-        os.replace(temp, path)
-    except BaseException:
-        if os.path.exists(temp):
-            os.unlink(temp)
-        raise
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    state_files.write_atomic(path, dumps(manifest), mode, sync_dir=True)
 
 
 # -- what a deploy takes from it -----------------------------------------------

@@ -35,7 +35,9 @@ import time
 
 from urllib.parse import urlsplit
 
+from ansible_collections.inferops.sglang.plugins.module_utils import _mask
 from ansible_collections.inferops.sglang.plugins.module_utils import _sglang_log as sglog
+from ansible_collections.inferops.sglang.plugins.module_utils import _state_files as state_files
 from ansible_collections.inferops.sglang.plugins.module_utils._http import Client, Response
 
 PHASES = ("process", "http", "models", "health", "ready", "generation", "settled")
@@ -633,46 +635,16 @@ def _socket_inodes(pid: int, proc: str = "/proc") -> set[int]:
     return inodes
 
 
-# Flags whose value is a secret (SGLang's --api-key and --admin-api-key, and the like):
-# a process's command line goes into the verdict, which Ansible prints and records.
-_SECRET_FLAG = re.compile(r"^--?([\w]+[-_])*(key|token|secret|password|passwd)([-_][\w]+)*$", re.IGNORECASE)
-
-
-# The same names as arguments of a repr (ServerArgs(..., api_key='...', ...)) or a flag=value.
-_SECRET_ASSIGNMENT = re.compile(r"\b((?:[\w]+[-_])*(?:key|token|secret|password|passwd)(?:[-_][\w]+)*\s*[=:]\s*)"
-                                r"('[^']*'|\"[^\"]*\"|[^\s,)]+)", re.IGNORECASE)
-
-
-def redact_argv(argv: list[str]) -> list[str]:
-    """argv with the values of secret-looking flags replaced by ********."""
-    out: list[str] = []
-    hide = False
-    for arg in argv:
-        if hide:
-            out.append("********")
-            hide = False
-            continue
-        flag, eq, _value = arg.partition("=")
-        if _SECRET_FLAG.match(flag):
-            if eq:
-                out.append(f"{flag}=********")
-            else:
-                out.append(arg)
-                hide = True
-            continue
-        out.append(arg)
-    return out
-
-
 def cmdline(pid: int, proc: str = "/proc") -> str | None:
-    """A process's command line (secret flag values masked), or None."""
+    """A process's command line (secrets masked: ``_mask.redact_argv``; it goes into the
+    verdict, which Ansible prints and records), or None."""
     try:
         with open(f"{proc}/{pid}/cmdline", "rb") as handle:
             raw = handle.read()
     except OSError:
         return None
     argv = raw.decode("utf-8", "replace").split("\0")  # argv, NUL-separated
-    text = " ".join(redact_argv([a for a in argv if a])).strip()
+    text = " ".join(_mask.redact_argv([a for a in argv if a])).strip()
     if not text:
         try:
             with open(f"{proc}/{pid}/comm", "r", encoding="utf-8", errors="replace") as handle:
@@ -952,9 +924,7 @@ class Gate:
         progress file is outside Ansible's no_log masking."""
         if not text:
             return text
-        if self.client.api_key:
-            text = text.replace(self.client.api_key, "********")
-        return _SECRET_ASSIGNMENT.sub(lambda m: m.group(1) + "********", text)
+        return _mask.mask(text, (self.client.api_key,))
 
     def _write_progress(self) -> None:
         """Rewrite the progress file (atomically, 0600: it can hold log lines);
@@ -962,13 +932,9 @@ class Gate:
         if not self.progress_file:
             return
         self.written = self.clock()
-        directory = os.path.dirname(os.path.abspath(self.progress_file))
-        temp = os.path.join(directory, f".{os.path.basename(self.progress_file)}.{os.getpid()}")
         try:
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump(self.status(), handle)
-            os.replace(temp, self.progress_file)
+            # rewritten at every event: not synced, a crash of the host loses nothing that matters
+            state_files.write_atomic(self.progress_file, json.dumps(self.status()), 0o600, sync=False)
         except OSError:
             return
 

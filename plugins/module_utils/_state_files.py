@@ -5,13 +5,20 @@
 a file replaced in one step.
 
 Shared by the deploy state module, the watchdog (which runs on the host from a copy of
-module_utils, so this file uses the standard library only) and the model stager.
+module_utils, so this file uses the standard library only), the model stager, and every
+writer of the collection that replaces a file whole (``write_atomic``: the deploy lock, the
+host manifest, the DDTree build's manifest and journal, the gate's progress file,
+tools/inferops_model_manifest.py).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import tempfile
+
+# The longest part of the destination's name kept in its temporary file's name.
+_TEMP_NAME_MAX = 100
 
 
 def read_json(path: str) -> dict | None:
@@ -53,10 +60,80 @@ def append_line(path: str, line: str, mode: int = 0o600) -> None:
         os.close(fd)
 
 
+def fsync_dir(directory: str) -> None:
+    """Sync a directory, so a rename in it survives a crash of the host; best effort (a
+    directory that cannot be opened or synced, on some filesystems, is left as it is)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _discard(temp: str) -> None:
+    try:
+        os.unlink(temp)
+    except FileNotFoundError:
+        pass
+
+
+def write_temp(path: str, data: bytes | str, mode: int = 0o600, sync: bool = True) -> str:
+    """A new temporary file beside ``path`` (same directory, so a rename onto ``path`` is one
+    step) holding ``data`` (text is written as UTF-8) with ``mode``; returns its name.
+
+    The name is unpredictable and the file is created exclusively (tempfile.mkstemp:
+    O_CREAT|O_EXCL, mode 0600 from the start): a file or symbolic link another user left at
+    any name in the directory is never followed, truncated or written through, which matters
+    for files written as root. The mode is set with fchmod (not subject to the umask) and the
+    data synced (``sync``) before the name is returned; on any error the temporary file is
+    removed and the error raised. The caller renames or links it (``write_atomic``)."""
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    directory = os.path.dirname(os.path.abspath(path))
+    prefix = "." + os.path.basename(path)[:_TEMP_NAME_MAX] + "."
+    fd, temp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=directory)
+    try:
+        try:
+            os.fchmod(fd, mode)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+    except BaseException:
+        _discard(temp)
+        raise
+    return temp
+
+
+def write_atomic(path: str, data: bytes | str, mode: int = 0o600, sync: bool = True, sync_dir: bool = False) -> None:
+    """Replace ``path`` with ``data`` in one step: ``write_temp`` beside it (exclusive create,
+    the data written and synced, the mode set), then os.replace onto ``path``. A reader sees
+    the old content or the new, never part of one; on any error ``path`` is unchanged and no
+    temporary file is left. ``sync=False`` skips the file's fsync (a status file rewritten
+    often, whose loss in a crash of the host does not matter); ``sync_dir`` also syncs the
+    directory after the rename, so the new name itself survives a crash."""
+    temp = write_temp(path, data, mode, sync)
+    try:
+        os.replace(temp, path)
+    except BaseException:
+        _discard(temp)
+        raise
+    if sync_dir:
+        fsync_dir(os.path.dirname(os.path.abspath(path)))
+
+
 def replace(path: str, text: str, mode: int = 0o600) -> bool:
-    """Write ``text`` to ``path`` in one step (a temporary file beside it, then rename), so a
-    reader sees the old content or the new, never half; nothing is written when the content
-    and mode are already those. Returns whether the file changed."""
+    """Write ``text`` to ``path`` in one step (``write_atomic``), so a reader sees the old
+    content or the new, never half; nothing is written when the content and mode are already
+    those. Returns whether the file changed."""
     data = text.encode("utf-8")
     try:
         with open(path, "rb") as handle:
@@ -66,13 +143,5 @@ def replace(path: str, text: str, mode: int = 0o600) -> bool:
         same = False
     if same:
         return False
-    temp = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        os.fchmod(fd, mode)
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temp, path)
+    write_atomic(path, data, mode)
     return True

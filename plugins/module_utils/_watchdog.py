@@ -31,7 +31,8 @@ Each action is one line of ``watchdog/history.jsonl`` in the service's state dir
 (beside the deploy history, which keeps one schema: deploy records) and a journal line under
 the watchdog unit; the count survives between runs in ``watchdog/state.json``, written only
 when it changes. No API key is written anywhere: it is read from the server's
-root-only ``--config`` file at each run and masked in every line printed.
+root-only ``--config`` file at each run and masked (``_mask.mask``, with every other
+secret-looking value) in every line printed and every record written.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ import time
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _deploy_lock as lock
 from ansible_collections.inferops.sglang.plugins.module_utils import _deploy_metrics
+from ansible_collections.inferops.sglang.plugins.module_utils import _mask
 from ansible_collections.inferops.sglang.plugins.module_utils import _state_files as files
 from ansible_collections.inferops.sglang.plugins.module_utils import _readiness as readiness
 from ansible_collections.inferops.sglang.plugins.module_utils._http import Client
@@ -184,7 +186,18 @@ class Watchdog:
         self.lock_file = os.path.join(settings["service_dir"], "deploy.lock")
 
     def _masked(self, text: str) -> str:
-        return text.replace(self.key, "********") if self.key else text
+        return _mask.mask(text, (self.key,))
+
+    def _masked_value(self, value):
+        """A record with every string in it masked, before it is serialized: masking the
+        JSON text instead could take a closing quote with a value and lose the line."""
+        if isinstance(value, str):
+            return self._masked(value)
+        if isinstance(value, dict):
+            return {key: self._masked_value(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [self._masked_value(item) for item in value]
+        return value
 
     def say(self, level: str, text: str) -> None:
         self.out.write(f"{PRIORITY[level]}{self._masked(text)}\n")
@@ -226,7 +239,7 @@ class Watchdog:
             main_pid=int(unit.get("MainPID") or 0) or None, restarts_in_a_row=state["restarts_in_a_row"],
             backoff_s=backoff_for(self.s, state["restarts_in_a_row"]), msg=msg,
             probe={k: (probe or {}).get(k) for k in ("failure", "phase", "cause", "detail", "elapsed")} if probe else None)
-        files.append_line(self.records, self._masked(json.dumps(record)))
+        files.append_line(self.records, json.dumps(self._masked_value(record)))
         if self.s.get("textfile_dir"):
             try:
                 _deploy_metrics.refresh(self.s["service_dir"], self.s["unit"], self.s["textfile_dir"])

@@ -4,6 +4,7 @@ and the takeover race, against real files in a temporary directory."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -57,6 +58,34 @@ def test_acquire_writes_the_holder_record_0600_atomically(path):
     assert outcome["holder"] == record
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     assert os.stat(path).st_nlink == 1 and leftovers(path) == []
+
+
+def test_a_lock_that_cannot_be_written_is_an_error_and_leaves_nothing(path, monkeypatch):
+    """The record goes through _state_files.write_temp: a failed write is the lock's error, and
+    neither the temporary file nor a lock is left."""
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(lock.LockError, match="cannot write the deploy lock .*No space left"):
+        lock.acquire(path, A, ALICE)
+    assert not os.path.exists(path) and leftovers(path) == []
+
+
+def test_a_link_planted_beside_the_lock_is_never_written_through(path, tmp_path):
+    """The temporary record is created exclusively (O_EXCL) under an unpredictable name: links
+    another user put in the directory stay as they were, and the lock is a file of its own."""
+    victim = tmp_path / "victim"
+    victim.write_text("root's file\n")
+    planted = [f"{path}.{os.getpid()}.tmp", f"{path}.tmp", f"{os.path.dirname(path)}/.deploy.lock.tmp"]
+    for name in planted:
+        os.symlink(victim, name)
+    assert lock.acquire(path, A, ALICE, lease=60, now=lambda: 1000.0)["acquired"]  # created (link)
+    renewed = lock.renew(path, A, lease=60, now=lambda: 1030.0)  # replaced (rename)
+    assert not renewed["lost"] and renewed["changed"] and on_disk(path)["expires"] == 1090
+    assert victim.read_text() == "root's file\n" and all(os.path.islink(name) for name in planted)
+    assert not os.path.islink(path) and on_disk(path)["run_id"] == A and os.stat(path).st_nlink == 1
+    assert leftovers(path) == sorted(os.path.basename(name) for name in planted)
 
 
 def test_a_second_run_is_refused_and_told_the_holder_nothing_changes(path):

@@ -8,6 +8,7 @@ sooner: without fail-fast the gate would have waited the deadline out."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -565,14 +566,20 @@ def test_server_info_unanswered_still_ready(fake):
 def test_progress_file_holds_the_last_state(fake, tmp_path):
     server = fake(ready_after=0.5)
     progress = tmp_path / "progress.json"
+    # the temporary file's name used to be predictable: a link there is neither followed nor replaced
+    victim = tmp_path / "victim"
+    victim.write_text("untouched")
+    planted = tmp_path / f".progress.json.{os.getpid()}"
+    planted.symlink_to(victim)
     client = r.Client(f"http://127.0.0.1:{server.port}", None, True, 10)
     result = r.Gate(client, r.PidWatcher(server.pid, str(server.log)), timeout=DEADLINE, interval=0.25, settle=0.5,
                     progress_file=str(progress)).run()
     assert result["ready"]
     state = json.loads(progress.read_text())
     assert state["phase"] == "settled" and state["event"].startswith("same process after")
-    assert oct(progress.stat().st_mode & 0o777) == "0o600"
-    assert not list(tmp_path.glob(".progress.json.*"))  # no temporary file left
+    assert oct(progress.stat().st_mode & 0o777) == "0o600" and not progress.is_symlink()
+    assert victim.read_text() == "untouched" and planted.is_symlink()
+    assert list(tmp_path.glob(".progress.json.*")) == [planted]  # no temporary file left
 
 
 # -- stalls: a start whose stage outlasts its budget ------------------------------

@@ -292,6 +292,26 @@ def test_the_key_is_read_from_the_config_file_and_never_printed(tmp_path):
     assert event == "cannot_probe" and host.restarts() == 0 and said.startswith("<3>")
 
 
+def test_secret_looking_values_are_masked_in_lines_and_records_which_stay_json(tmp_path):
+    """Without a key file the watchdog knows no key, yet what the gate reports can quote one
+    (a log line with SGLang's server_args, a command line, a header): masked in the journal
+    line and in the record, whose line still parses (a record that does not is lost)."""
+    s = settings(tmp_path, failures=1, action="report")
+    detail = ("server_args=ServerArgs(api_key='k3y-in-log', port=30000) --admin-api-key adm1n "
+              '{"api_key": "j50n"} Authorization: Bearer b3arer')
+    verdict = dict(WEDGED, msg=f"not ready: {detail}", detail=detail)
+    event, said = one_run(s, Host(), gate_returning(verdict))
+    assert event == "report"
+    written = (tmp_path / "watchdog" / "history.jsonl").read_text()
+    for secret in ("k3y-in-log", "adm1n", "j50n", "b3arer"):
+        assert secret not in said and secret not in written, secret
+    masked = ('server_args=ServerArgs(api_key=********, port=30000) --admin-api-key ******** '
+              '{"api_key": ********} Authorization: Bearer ********')
+    assert masked in said
+    record = records(s)[0]
+    assert record["event"] == "report" and record["probe"]["detail"] == masked and masked in record["msg"]
+
+
 def test_a_service_never_deployed_is_not_watched(tmp_path):
     s = settings(tmp_path / "absent")
     host = Host()
