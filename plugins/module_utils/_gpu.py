@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """GPU facts from ``nvidia-smi`` output, and what follows from them.
 
-The collection's one reader of ``nvidia-smi``: every module that asks the
+The modules' one reader of ``nvidia-smi``: every module that asks the
 tool anything runs it through ``read_inventory``, ``read_versions`` or
 ``device_memory`` here (with the module's ``run_command``), and everything else
 is pure functions over the tool's text, so every format is tested as printed:
@@ -283,7 +283,7 @@ def choose_tp(valid: list[int]) -> int | None:
     return max(powers) if powers else None
 
 
-# -- the one reader: every nvidia-smi run of the collection goes through these --
+# -- the one reader: every module's nvidia-smi run goes through these --
 
 def query_command(nvidia_smi: str = "nvidia-smi", fields: tuple[str, ...] = QUERY_FIELDS,
                   devices: list[int] | None = None) -> list[str]:

@@ -90,10 +90,6 @@ class PlanError(Exception):
 # --------------------------------------------------------------------------- models
 
 
-def _text_config(config: dict) -> dict:
-    return config.get("text_config") or config.get("llm_config") or config
-
-
 def read_model_dir(path: str) -> dict:
     """A model directory's config.json and weight size (the collection's one reader,
     _model_config), as model_spec() input."""
@@ -110,7 +106,7 @@ def _dtype_bytes(name) -> float:
 
 def model_spec(config: dict, weight_bytes: int, path: str = "") -> dict:
     """The numbers the memory profile depends on, from a Hugging Face config."""
-    text = _text_config(config)
+    text = _model_config.text_config(config)
     try:
         layers = int(text["num_hidden_layers"])
         hidden = int(text["hidden_size"])

@@ -11,8 +11,9 @@ same way everywhere and every failure names the directory and what is wrong.
 - ``read(path)``: ``{"path", "config", "text_config", "architecture",
   "model_type", "max_position_embeddings", "weight_bytes"}``. A multimodal
   model (Qwen3.6 is ``Qwen3_5ForConditionalGeneration``) keeps its language
-  model's numbers in ``text_config`` (some in ``llm_config``); ``text_config``
-  here is that dict, or the config itself.
+  model's numbers in a sub-config; ``text_config`` here is that dict, or the
+  config itself, by ``text_config()``, the one rule the planner and ``heads``
+  use too.
 - the weight size is the safetensors index's ``metadata.total_size``, else the
   sum of the ``*.safetensors`` files.
 - ``heads(config)``: the head counts a TP size must divide.
@@ -107,13 +108,29 @@ def sandbox_problem(path: str, what: str = "model directory") -> str | None:
             "(systemd.exec(5), SANDBOXING). Put it where the service can read it, e.g. /srv/models")
 
 
+# Where a multimodal config keeps its language model, in the order SGLang looks
+# (get_hf_text_config, sglang 0.5.11 sglang/srt/utils/hf_transformers/common.py:204-270).
+TEXT_CONFIG_KEYS = ("thinker_config", "llm_config", "language_config", "text_config")
+
+
 def text_config(config: dict) -> dict:
-    """The language model's part of a config: ``text_config`` / ``llm_config`` when the
-    model is multimodal and has one, else the config itself."""
-    for key in ("text_config", "llm_config"):
+    """The language model's part of a config, the collection's one rule for it.
+
+    The first non-empty dict under ``thinker_config`` (its own ``text_config`` when
+    it has one), ``llm_config``, ``language_config`` or ``text_config``, else the
+    config itself. A ``Llava*ForCausalLM`` config is always its own: SGLang reads
+    the top level of those and ignores their ``text_config``. Anything else under
+    those keys (a string, a list, an empty dict) does not count.
+    """
+    architectures = config.get("architectures")
+    name = architectures[0] if isinstance(architectures, list) and architectures else None
+    if isinstance(name, str) and name.startswith("Llava") and name.endswith("ForCausalLM"):
+        return config
+    for key in TEXT_CONFIG_KEYS:
         part = config.get(key)
         if isinstance(part, dict) and part:
-            return part
+            inner = part.get("text_config") if key == "thinker_config" else None
+            return inner if isinstance(inner, dict) and inner else part
     return config
 
 
@@ -178,17 +195,18 @@ def read(path: str, weights: bool = True, what: str = "model directory", error: 
 
 
 def heads(config: dict, error: type = ModelConfigError) -> dict:
-    """The head counts tensor parallelism splits (``text_config`` for a multimodal model).
+    """The head counts tensor parallelism splits, from the language model's part of
+    the config (``text_config()``).
 
     ``num_key_value_heads`` defaults to ``num_attention_heads`` (no GQA). Linear
     attention head counts (``linear_num_key_heads``, ``linear_num_value_heads``)
     are included when the model has them: they are split the same way.
     """
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else None
-    source = text if text and "num_attention_heads" in text else config
+    source = text_config(config)
     count = source.get("num_attention_heads")
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise error("config.json has no num_attention_heads (nor text_config.num_attention_heads)")
+        where = "config.json" if source is config else "the language model's part of config.json"
+        raise error(f"{where} has no num_attention_heads (a positive integer)")
     result = {"num_attention_heads": count, "num_key_value_heads": source.get("num_key_value_heads") or count}
     for key in ("linear_num_key_heads", "linear_num_value_heads"):
         if isinstance(source.get(key), int) and source[key] > 0:

@@ -9,6 +9,7 @@ import json
 import pytest
 from sim_helpers import MODELS
 
+from ansible_collections.inferops.sglang.plugins.module_utils import _memplan
 from ansible_collections.inferops.sglang.plugins.module_utils import _model_config as mc
 
 QWEN = MODELS / "Qwen3.6-27B"
@@ -37,6 +38,45 @@ def test_llm_config_counts_as_the_text_config():
     assert mc.text_config({"llm_config": {"hidden_size": 8}, "hidden_size": 1}) == {"hidden_size": 8}
     empty = {"text_config": {}, "hidden_size": 1}
     assert mc.text_config(empty) is empty
+
+
+# A language model part and a top level that differ in every number the readers take.
+LANGUAGE = {"num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 16, "num_key_value_heads": 4}
+TOP = {"num_hidden_layers": 2, "hidden_size": 32, "num_attention_heads": 8}
+
+
+@pytest.mark.parametrize("config, expected", [
+    ({"llm_config": LANGUAGE, **TOP}, LANGUAGE),
+    ({"llm_config": LANGUAGE}, LANGUAGE),
+    ({"text_config": TOP, "llm_config": LANGUAGE}, LANGUAGE),
+    ({"language_config": LANGUAGE, **TOP}, LANGUAGE),
+    ({"thinker_config": {"text_config": LANGUAGE, "audio_config": {}}, **TOP}, LANGUAGE),
+    ({"thinker_config": LANGUAGE, **TOP}, LANGUAGE),
+    ({"text_config": LANGUAGE, **TOP}, LANGUAGE),
+    ({"text_config": "see the top level", **TOP}, TOP),
+    ({"text_config": {}, "llm_config": None, **TOP}, TOP),
+    ({"architectures": ["LlavaLlamaForCausalLM"], "text_config": LANGUAGE, **TOP}, TOP),
+    ({"architectures": ["LlavaForConditionalGeneration"], "text_config": LANGUAGE, **TOP}, LANGUAGE),
+])
+def test_heads_and_the_planner_read_the_same_language_model(config, expected):
+    """text_config() is the one rule: the head counts TP must divide and the planner's
+    shapes come from the same part of the config, in SGLang's order of sub-configs."""
+    assert mc.text_config(config) is (config if expected is TOP else expected)
+    assert mc.heads(config) == {"num_attention_heads": expected["num_attention_heads"],
+                                "num_key_value_heads": expected.get("num_key_value_heads",
+                                                                    expected["num_attention_heads"])}
+    spec = _memplan.model_spec(config, 1 << 30)
+    assert (spec["num_layers"], spec["hidden_size"], spec["num_attention_heads"]) == (
+        expected["num_hidden_layers"], expected["hidden_size"], expected["num_attention_heads"])
+
+
+def test_a_language_model_part_without_heads_is_not_read_past():
+    """A sub-config is the language model even where it lacks the heads: the top
+    level's are another model's (SGLang fails there too), so heads() says so."""
+    with pytest.raises(mc.ModelConfigError, match="the language model's part of config.json has no num_attention_heads"):
+        mc.heads({"text_config": {"hidden_size": 64}, **TOP})
+    with pytest.raises(mc.ModelConfigError, match="^config.json has no num_attention_heads"):
+        mc.heads({"hidden_size": 64})
 
 
 def test_weights_from_safetensors_files(tmp_path):
