@@ -93,8 +93,10 @@ test: setup
 	$(MAKE) --no-print-directory -j2 --output-sync=target real lint sanity units NICE="nice -n 10"
 	$(MAKE) --no-print-directory molecule MOLECULE_LANES="deploy,lab,real make:conformance,provision,fleet"
 
+## ansible-lint, then each role's defaults against its meta/argument_specs.yml
+## (tools/check_argument_specs.py); both run, and either failing fails lint.
 lint: $(VENV)/.stamp
-	.ci/timed lint $(NICE) ansible-lint
+	.ci/timed lint bash -c '$(NICE) ansible-lint; lint=$$?; $(NICE) python tools/check_argument_specs.py && exit $$lint'
 
 # ansible-test needs the collection at ansible_collections/<ns>/<name> and outside
 # any other git work tree; collections/ (the link to this tree) stays behind.
