@@ -40,7 +40,7 @@ HEALTHY, FAULTY = "ct200", "ct129"
 
 # Same as inventories/lab/hosts.yml's vars
 LAB_VARS = {
-    "ansible_connection": "containers.podman.podman",
+    "ansible_connection": "podman_pipelined",
     "ansible_user": "root",
     "ansible_python_interpreter": "/usr/bin/python3",
     "inferops_lab": True,

@@ -120,7 +120,7 @@ def url_of(argv: list[str] | None, default: str | None = None) -> str | None:
 
 
 def restore_plan(known_good: dict[str, bool], known_good_record: dict | None, saved_this_run: bool,
-                 baseline: str, files: list[dict], current_url: str) -> dict:
+                 baseline: str, files: list[dict], current_url: str, baseline_gate_timeout: float | None = None) -> dict:
     """What a failed switch restores, and how the restored service is gated.
 
     ``known_good`` maps each file name of ``files`` (name, src, mode) to whether
@@ -132,7 +132,9 @@ def restore_plan(known_good: dict[str, bool], known_good_record: dict | None, sa
 
     A known-good service is gated as itself: on its own URL (from its recorded
     flags) and with the key of its own --config file, which may both differ
-    from the settings of this run (a key or port change with a failing variant)."""
+    from the settings of this run (a key or port change with a failing variant), and waited
+    for as long as its own record says; a service with no record of it (one the role did not
+    install) and the baseline get the baseline's own gate timeout, never the failed variant's."""
     unit = files[0]["name"] if files else None
     if unit and known_good.get(unit):
         restore = [f for f in files if known_good.get(f["name"])
@@ -146,10 +148,10 @@ def restore_plan(known_good: dict[str, bool], known_good_record: dict | None, sa
             "files": restore,
             "url": url_of((known_good_record or {}).get("argv"), current_url),
             "api_key_file": config[0] if config else None,
-            "gate_timeout": ((known_good_record or {}).get("params") or {}).get("gate_timeout"),
+            "gate_timeout": ((known_good_record or {}).get("params") or {}).get("gate_timeout") or baseline_gate_timeout,
         }
     return {"source": "baseline", "variant": baseline, "saved_this_run": False, "files": [], "url": current_url,
-            "api_key_file": None, "gate_timeout": None}
+            "api_key_file": None, "gate_timeout": baseline_gate_timeout}
 
 
 def outcome(gate_ready: bool, rollback_ready: bool | None) -> str:

@@ -84,6 +84,11 @@ options:
   url:
     description: The URL of this run's settings, for a restored service whose flags do not say (O(step=restore)).
     type: str
+  baseline_gate_timeout:
+    description:
+      - The baseline variant's own gate timeout (seconds), the restored service's when no record of it says
+        otherwise (O(step=restore)).
+    type: float
   fields:
     description: The record's fields (O(step=record)); see RV(record).
     type: dict
@@ -144,7 +149,7 @@ reasons:
   elements: str
 plan:
   description: O(step=restore). C(source) (known_good or baseline), C(variant), C(files) to copy back from known-good/,
-    C(url) and C(api_key_file) to gate the restored service with.
+    C(url), C(api_key_file) and C(gate_timeout) to gate the restored service with.
   returned: step is restore
   type: dict
 record:
@@ -243,7 +248,8 @@ def _restore(module: AnsibleModule) -> dict:
     kg = os.path.join(p["service_dir"], "known-good")
     present = {f["name"]: os.path.isfile(os.path.join(kg, f["name"])) for f in p["files"]}
     plan = _deploy.restore_plan(present, read_json(os.path.join(kg, "current.json")), p["saved_this_run"],
-                                p["baseline"], [{k: f[k] for k in ("name", "src", "mode")} for f in p["files"]], p["url"])
+                                p["baseline"], [{k: f[k] for k in ("name", "src", "mode")} for f in p["files"]], p["url"],
+                                p["baseline_gate_timeout"])
     return {"plan": plan}
 
 
@@ -331,8 +337,9 @@ def main() -> None:
             service=dict(type="dict"),
             variant_params=dict(type="dict", default={}),
             load=dict(type="dict", default={}),
+            baseline_gate_timeout=dict(type="float"),
         ),
-        required_if=[("step", "decide", ["run_id"]), ("step", "restore", ["baseline", "url"]),
+        required_if=[("step", "decide", ["run_id"]), ("step", "restore", ["baseline", "url", "baseline_gate_timeout"]),
                      ("step", "record", ["fields"])],
         supports_check_mode=True,
     )

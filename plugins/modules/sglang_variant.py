@@ -37,6 +37,13 @@ options:
     description: The variant to resolve (a name or an alias).
     type: str
     required: true
+  baseline:
+    description:
+      - The variant a failed switch falls back to on a host with no saved known-good service (the role's
+        C(sglang_service_baseline_variant)). It is resolved and checked with every other option of this call, as
+        O(name) is, and returned as RV(baseline) with its problems; they do not fail the module (the caller decides
+        whether the baseline is needed).
+    type: str
   python:
     description: The Python of the environment SGLang is installed in.
     type: path
@@ -164,6 +171,19 @@ memory_warnings:
   returned: success
   type: list
   elements: str
+url:
+  description: The URL the server answers on, from O(bind_host) and O(port) (a wildcard address is asked on
+    C(127.0.0.1); an IPv6 address is bracketed).
+  returned: success
+  type: str
+  sample: http://127.0.0.1:30000
+baseline:
+  description:
+    - O(baseline) resolved and checked as O(name) is; null without O(baseline).
+    - C(variant), C(params), C(argv), C(exec_args), C(memory_plan) and C(memory_warnings) as for O(name), and C(errors)
+      (empty when the baseline can run on this host).
+  returned: success
+  type: dict
 errors:
   description: Every problem found (the task fails when there is any).
   returned: failure
@@ -174,6 +194,7 @@ errors:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _credentials
+from ansible_collections.inferops.sglang.plugins.module_utils import _deploy
 from ansible_collections.inferops.sglang.plugins.module_utils import _gpu as gpu_mod
 from ansible_collections.inferops.sglang.plugins.module_utils import _memplan
 from ansible_collections.inferops.sglang.plugins.module_utils import _model_config
@@ -202,10 +223,107 @@ def _model(path: str, what: str, errors: list[str]) -> dict | None:
     return None if hidden else model
 
 
+def _resolve(p: dict, name_asked: str, host: dict) -> dict:
+    """One variant of the table resolved with the module's options and checked against what
+    ``host`` found (the model, the GPUs' memory, the installed version and its --help):
+    variant, params, argv, exec_args, memory_plan, memory_warnings, errors."""
+    out = dict(variant=name_asked, params={}, argv=[], exec_args="", memory_plan=None, memory_warnings=[], errors=[])
+    try:
+        name, params = variants_mod.resolve(name_asked, p["variants"], p["aliases"], p["overrides"], p["common"])
+    except variants_mod.VariantError as exc:
+        out["errors"].append(str(exc))
+        return out
+    out.update(variant=name, params=params)
+    errors = out["errors"]
+    errors.extend(variants_mod.check(params))
+    max_len = host["max_position_embeddings"]
+    ctx = params.get("context_length")
+    if max_len and isinstance(ctx, int) and ctx > max_len:
+        errors.append(f"context_length {ctx} exceeds the model's max_position_embeddings {max_len}")
+    if params.get("draft_model"):
+        if not p["draft_model_path"]:
+            errors.append(f"variant {name} needs a draft model but draft_model_path is not set")
+        else:
+            errors.extend(host["draft_errors"])
+    if host["errors"]:
+        return out
+    if host["version"] is not None and not errors:
+        out["argv"] = args = variants_mod.argv(params, host["server"], host["version"])
+        out["exec_args"] = variants_mod.quote(args)
+        errors.extend(variants_mod.unsupported(args, host["help"]))
+    warnings = out["memory_warnings"]
+    if p["memory_plan"] and not p["check_gpus"]:
+        warnings.append("the memory plan is skipped: it needs the GPUs' memory, and check_gpus is false")
+    elif p["memory_plan"] and not errors:
+        try:
+            plan = _memplan.plan_resolved(params, p["model_path"], p["draft_model_path"], host["memory"], p["tp_size"],
+                                          host["version_text"], p["memory_assumptions"])
+        except _memplan.PlanError as exc:
+            errors.append(f"memory plan: {exc}")
+        else:
+            out["memory_plan"] = plan
+            if not plan["fits"] and not p["memory_override"]:
+                errors.append(memory_refusal(name, plan))
+            elif not plan["fits"]:
+                warnings.append(f"variant {name} does not fit this host's GPU memory and runs because memory_override "
+                                f"is set: {plan['reason']}")
+    return out
+
+
+def _host(module: AnsibleModule) -> dict:
+    """What every variant is checked against, read once: the model and draft model directories,
+    the unit's paths, the credentials, the GPUs, the installed SGLang and its --help. ``errors``:
+    the host's own problems (every variant fails on them)."""
+    p = module.params
+    errors: list[str] = []
+    devices = p["gpu_devices"]
+    if len(set(devices)) != len(devices) or any(d < 0 for d in devices):
+        errors.append(f"gpu_devices must be distinct GPU indexes, got {devices}")
+    if p["tp_size"] != len(devices):
+        errors.append(f"tp_size {p['tp_size']} does not match the {len(devices)} GPU(s) in gpu_devices {devices}")
+    if not 1 <= p["port"] <= 65535:
+        errors.append(f"port must be in [1, 65535], got {p['port']}")
+    errors.extend(variants_mod.read_write_path_problems(p["read_write_paths"]))
+    model = _model(p["model_path"], "model_path", errors)
+    draft_errors: list[str] = []
+    if p["draft_model_path"]:
+        _model(p["draft_model_path"], "draft_model_path", draft_errors)
+    if p["credentials"]:
+        refused = _credentials.problem(module.run_command)
+        if refused:
+            errors.append(refused)
+    memory: list[int] = []
+    if p["check_gpus"]:
+        memory, problems = gpu_mod.device_memory(module.run_command, devices)
+        errors.extend(problems)
+    version_text, problem = variants_mod.installed_version(module.run_command, p["python"])
+    if problem:
+        errors.append(problem)
+    version, help_text = None, ""
+    if version_text and not errors:
+        try:
+            version = variants_mod.parse_version(version_text)
+        except variants_mod.VariantError as exc:
+            errors.append(str(exc))
+        else:
+            rc, out, err = module.run_command([p["python"], "-m", "sglang.launch_server", "--help"])
+            if rc != 0:
+                errors.append(f"python -m sglang.launch_server --help failed (exit {rc}): {(err or out).strip()[-300:]}")
+                version = None
+            help_text = out + err
+    server = dict(model_path=p["model_path"], served_model_name=p["served_model_name"], host=p["bind_host"],
+                  port=p["port"], tp_size=p["tp_size"], draft_model_path=p["draft_model_path"],
+                  enable_metrics=p["metrics"])
+    return dict(errors=errors, draft_errors=draft_errors, memory=memory, version_text=version_text, version=version,
+                help=help_text, server=server,
+                max_position_embeddings=model["max_position_embeddings"] if model is not None else None)
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
             name=dict(type="str", required=True),
+            baseline=dict(type="str"),
             **variants_mod.TABLE_ARGS,
             python=dict(type="path", default="/opt/sglang/venv/bin/python"),
             model_path=dict(type="path", required=True),
@@ -227,85 +345,26 @@ def main() -> None:
     )
     p = module.params
     try:
-        name, params = variants_mod.resolve(p["name"], p["variants"], p["aliases"], p["overrides"], p["common"])
+        variants_mod.resolve(p["name"], p["variants"], p["aliases"], p["overrides"], p["common"])
     except variants_mod.VariantError as exc:
         module.fail_json(msg=str(exc), errors=[str(exc)])
-    errors = variants_mod.check(params)
-
-    devices = p["gpu_devices"]
-    if len(set(devices)) != len(devices) or any(d < 0 for d in devices):
-        errors.append(f"gpu_devices must be distinct GPU indexes, got {devices}")
-    if p["tp_size"] != len(devices):
-        errors.append(f"tp_size {p['tp_size']} does not match the {len(devices)} GPU(s) in gpu_devices {devices}")
-    if not 1 <= p["port"] <= 65535:
-        errors.append(f"port must be in [1, 65535], got {p['port']}")
-    errors.extend(variants_mod.read_write_path_problems(p["read_write_paths"]))
-
-    model = _model(p["model_path"], "model_path", errors)
-    max_len = None
-    if model is not None:
-        max_len = model["max_position_embeddings"]
-        ctx = params.get("context_length")
-        if max_len and isinstance(ctx, int) and ctx > max_len:
-            errors.append(f"context_length {ctx} exceeds the model's max_position_embeddings {max_len}")
-    if params.get("draft_model"):
-        if not p["draft_model_path"]:
-            errors.append(f"variant {name} needs a draft model but draft_model_path is not set")
-        else:
-            _model(p["draft_model_path"], "draft_model_path", errors)
-
-    if p["credentials"]:
-        refused = _credentials.problem(module.run_command)
-        if refused:
-            errors.append(refused)
-
-    memory: list[int] = []
-    if p["check_gpus"]:
-        memory, problems = gpu_mod.device_memory(module.run_command, devices)
-        errors.extend(problems)
-
-    version_text, problem = variants_mod.installed_version(module.run_command, p["python"])
-    if problem:
-        errors.append(problem)
-    server = dict(model_path=p["model_path"], served_model_name=p["served_model_name"], host=p["bind_host"],
-                  port=p["port"], tp_size=p["tp_size"], draft_model_path=p["draft_model_path"],
-                  enable_metrics=p["metrics"])
-    args: list[str] = []
-    if version_text and not errors:
-        try:
-            version = variants_mod.parse_version(version_text)
-        except variants_mod.VariantError as exc:
-            errors.append(str(exc))
-        else:
-            args = variants_mod.argv(params, server, version)
-            rc, out, err = module.run_command([p["python"], "-m", "sglang.launch_server", "--help"])
-            if rc != 0:
-                errors.append(f"python -m sglang.launch_server --help failed (exit {rc}): {(err or out).strip()[-300:]}")
-            else:
-                errors.extend(variants_mod.unsupported(args, out + err))
-    plan = None
-    warnings = []
-    if p["memory_plan"] and not p["check_gpus"]:
-        warnings.append("the memory plan is skipped: it needs the GPUs' memory, and check_gpus is false")
-    elif p["memory_plan"] and not errors:
-        try:
-            plan = _memplan.plan_resolved(params, p["model_path"], p["draft_model_path"], memory, p["tp_size"],
-                                          version_text, p["memory_assumptions"])
-        except _memplan.PlanError as exc:
-            errors.append(f"memory plan: {exc}")
-        else:
-            if not plan["fits"] and not p["memory_override"]:
-                errors.append(memory_refusal(name, plan))
+    host = _host(module)
+    result = _resolve(p, p["name"], host)
+    name, errors = result["variant"], host["errors"] + result.pop("errors")
+    plan = result["memory_plan"]
     if errors:
         module.fail_json(msg=f"variant {name} cannot run on this host: " + "; ".join(errors), errors=errors,
-                         variant=name, sglang_version=version_text, memory_plan=plan)
-    if plan and not plan["fits"]:
-        warnings.append(f"variant {name} does not fit this host's GPU memory and runs because memory_override is set: {plan['reason']}")
-    for warning in warnings:
+                         variant=name, sglang_version=host["version_text"], memory_plan=plan)
+    for warning in result["memory_warnings"]:
         module.warn(warning)
-    module.exit_json(changed=False, variant=name, params=params, argv=args, exec_args=variants_mod.quote(args),
-                     sglang_version=version_text, max_position_embeddings=max_len, memory_plan=plan,
-                     memory_warnings=warnings)
+    baseline = None
+    if p["baseline"]:
+        # the rollback target, resolved and checked with every option of this call (the
+        # variant's own settings: the memory plan, its override and assumptions, the paths)
+        baseline = _resolve(p, p["baseline"], host)
+    url = _deploy.url_of(["--host", p["bind_host"], "--port", str(p["port"])])
+    module.exit_json(changed=False, sglang_version=host["version_text"], max_position_embeddings=host["max_position_embeddings"],
+                     url=url, baseline=baseline, **result)
 
 
 if __name__ == "__main__":

@@ -70,13 +70,13 @@ def run(sim, tmp_path, mode: str, baseline: dict | None, thresholds: dict | None
         "hosts": "localhost", "gather_facts": False,
         "vars": {
             "_sglang_service_url": f"http://127.0.0.1:{port}", "_sglang_service_config_file": str(config),
-            "__sglang_service_variant": {"variant": variant, "params": {"perf_thresholds": thresholds or {}}},
+            "__sglang_service_variant": {
+                "variant": variant, "params": {"perf_thresholds": thresholds or {}}, "baseline": {"variant": "nextn"}},
             "sglang_service_perf_gate": mode, "sglang_service_perf_thresholds": {},
-            "sglang_service_baseline_variant": "baseline", "sglang_service_variant_aliases": {"baseline": "nextn"},
             "__sglang_service_perf_plan": {"load": LOAD, "known_good": None},
             "_sglang_service_perf_baseline": baseline, "_sglang_service_perf_failure": None,
             "__sglang_service_gate": {"ready": True, "server": {"version": "0.5.23"}},
-            **{k: v for k, v in ROLE_VARS.items() if k.startswith("_sglang_service_perf") or k == "_sglang_service_baseline_canonical"},
+            **{k: v for k, v in ROLE_VARS.items() if k.startswith("_sglang_service_perf") or k == "_sglang_service_baseline"},
         },
         "tasks": [{"name": "The switch", "block": [
             find(switch, "Measure the variant against the known-good service"),

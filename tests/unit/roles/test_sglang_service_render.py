@@ -207,11 +207,16 @@ def test_a_gpu_list_given_as_a_string_renders_the_validated_list(given, devices)
 
 def test_the_preflight_keeps_the_validated_gpu_list_and_nothing_later_reads_the_raw_one():
     preflight = yaml.safe_load((ROLE / "tasks" / "preflight.yml").read_text())
-    kept = [t for t in preflight if t.get("name") == "Keep the validated GPU list"]
-    assert kept and kept[0]["ansible.builtin.set_fact"] == {
+    kept = [i for i, t in enumerate(preflight) if "_sglang_service_gpus" in t.get("ansible.builtin.set_fact", {})]
+    assert len(kept) == 1 and preflight[kept[0]]["ansible.builtin.set_fact"] == {
         "_sglang_service_gpus": "{{ __sglang_service_host.settings.gpu_devices }}"}
-    names = [t.get("name") for t in preflight]
-    assert names.index("Keep the validated GPU list") < names.index("Resolve the variant and check it can run on this host")
+    resolved = [i for i, t in enumerate(preflight) if "inferops.sglang.sglang_variant" in t]
+    # one resolution (the variant and the baseline together), after the validated list is kept
+    assert len(resolved) == 1 and kept[0] < resolved[0]
+    assert preflight[resolved[0]]["inferops.sglang.sglang_variant"]["baseline"] == "{{ sglang_service_baseline_variant }}"
+    # the rollback target is never resolved again with other options (a first deploy's baseline
+    # was planned with the defaults: issue 28)
+    assert sum(path.read_text().count("inferops.sglang.sglang_variant:") for path in (ROLE / "tasks").glob("*.yml")) == 1
     for path in list((ROLE / "tasks").glob("*.yml")) + list((ROLE / "templates").glob("*.j2")) + [ROLE / "vars/main.yml"]:
         text = path.read_text()
         if path.name in ("preflight.yml", "plan.yml"):
@@ -290,7 +295,7 @@ def render_watchdog(template: str, **overrides) -> str:
     loader = DataLoader()
     variables = dict(sglang_service_name="sglang-qwen.service", sglang_service_state_dir="/var/lib/inferops-sglang",
                      sglang_service_bind_host="0.0.0.0", sglang_service_port=30000, sglang_service_api_key="",
-                     **WATCHDOG)
+                     __sglang_service_variant={"url": "http://127.0.0.1:30000"}, **WATCHDOG)
     variables.update(overrides)
     for name in ("_sglang_service_base", "_sglang_service_config_file", "_sglang_service_dir", "_sglang_service_url",
                  "_sglang_service_watchdog_unit", "_sglang_service_watchdog_settings", "_sglang_service_watchdog_root"):
@@ -336,15 +341,3 @@ def test_the_watchdog_units_run_the_copied_gate_every_interval(tmp_path):
         proc = subprocess.run(["systemd-analyze", "verify", str(tmp_path / "sglang-qwen-watchdog.timer")],
                               capture_output=True, text=True, check=False)
         assert not [line for line in proc.stderr.splitlines() if "sglang-qwen-watchdog" in line], proc.stderr
-
-
-def test_the_watchdog_copies_every_module_its_code_imports():
-    """The host gets the files in vars/main.yml's list: each import of theirs from the
-    collection must be one of them (a missing one fails the watchdog's first run)."""
-    import re as _re
-    listed = set(ROLE_VARS["_sglang_service_watchdog_modules"])
-    for name in listed:
-        text = (REPO / "plugins" / "module_utils" / name).read_text()
-        for found in _re.findall(r"plugins\.module_utils(?:\._|\s+import\s+_)(\w+)", text):
-            assert f"_{found.lstrip('_')}.py" in listed, (name, found)
-        assert "import ansible" not in text and "from ansible." not in text, name

@@ -44,16 +44,17 @@ def test_differing_needs_one_checksum_per_file():
 
 def test_first_deploy_restores_the_baseline():
     plan = _deploy.restore_plan({f["name"]: False for f in FILES}, None, saved_this_run=False, baseline="nextn",
-                                files=FILES, current_url=URL)
+                                files=FILES, current_url=URL, baseline_gate_timeout=1200)
     assert plan["source"] == "baseline" and plan["variant"] == "nextn" and plan["files"] == []
     assert plan["url"] == URL and plan["api_key_file"] is None
+    assert plan["gate_timeout"] == 1200
 
 
 def test_known_good_is_restored_and_gated_as_itself():
     """After a key and port change the restored service answers on its own port with its own key."""
     record = {"variant": "nextn", "argv": NEXTN_ARGV, "params": {"gate_timeout": 900}}
     plan = _deploy.restore_plan({f["name"]: True for f in FILES}, record, saved_this_run=True, baseline="nextn",
-                                files=FILES, current_url="http://127.0.0.1:30002")
+                                files=FILES, current_url="http://127.0.0.1:30002", baseline_gate_timeout=1200)
     assert plan["source"] == "known_good" and plan["variant"] == "nextn" and plan["saved_this_run"]
     assert [f["name"] for f in plan["files"]] == [f["name"] for f in FILES]
     assert plan["url"] == "http://127.0.0.1:30001"
@@ -63,10 +64,14 @@ def test_known_good_is_restored_and_gated_as_itself():
 
 def test_unmanaged_known_good_restores_only_what_was_saved():
     present = {"sglang-qwen.service": True, "sglang-qwen.yaml": False, "sglang-qwen.logging.json": False, "current.json": False}
-    plan = _deploy.restore_plan(present, None, saved_this_run=True, baseline="nextn", files=FILES, current_url=URL)
+    plan = _deploy.restore_plan(present, None, saved_this_run=True, baseline="nextn", files=FILES, current_url=URL,
+                                baseline_gate_timeout=1200)
     assert plan["source"] == "known_good" and plan["variant"] == "the previous (unmanaged) service"
     assert [f["name"] for f in plan["files"]] == ["sglang-qwen.service"]
     assert plan["url"] == URL and plan["api_key_file"] is None
+    # no record says how long it takes to come up: the baseline's timeout (the role's YAML
+    # fell back to the FAILED variant's)
+    assert plan["gate_timeout"] == 1200
 
 
 def test_known_good_without_its_unit_falls_back_to_the_baseline():

@@ -66,8 +66,12 @@ def test_inspect_reads_the_record_the_marker_and_the_known_good(tmp_path, capsys
 
 def test_restore_plans_the_baseline_on_a_first_deploy(tmp_path, capsys):
     state, files = layout(tmp_path)
-    code, result = run(capsys, step="restore", service_dir=str(state), files=files, baseline="nextn", url="http://127.0.0.1:1")
+    code, result = run(capsys, step="restore", service_dir=str(state), files=files, baseline="nextn", url="http://127.0.0.1:1",
+                       baseline_gate_timeout=1200)
     assert code == 0 and result["plan"]["source"] == "baseline" and result["plan"]["variant"] == "nextn"
+    assert result["plan"]["gate_timeout"] == 1200
+    code, result = run(capsys, step="restore", service_dir=str(state), files=files, baseline="nextn", url="http://127.0.0.1:1")
+    assert code == 1 and "baseline_gate_timeout" in result["msg"]
 
 
 def test_record_appends_clears_the_marker_prunes_and_removes_staging(tmp_path, capsys):

@@ -258,3 +258,42 @@ def test_a_host_whose_systemd_loses_the_credentials_is_refused(host, capsys, sys
     rc, result = run(capsys)
     assert rc == 0, result
     assert not log.exists()
+
+
+def test_the_baseline_is_resolved_with_the_same_options_as_the_variant(host, capsys):
+    """The rollback target of a host's first deploy is planned and checked with the operator's
+    settings, not the defaults: with memory_override the baseline that does not fit passes with
+    the same warning the variant would get, with memory_assumptions its plan is the variant's own
+    plan under them, and its problems are returned without failing the variant."""
+    host()
+    assumptions = {"context_mib": 4096}
+    rc, result = run(capsys, name="balanced", baseline="small", memory_override=True, memory_assumptions=assumptions)
+    assert rc == 0, result
+    baseline = result["baseline"]
+    assert baseline["variant"] == "shadow-small" and baseline["errors"] == []
+    assert baseline["memory_plan"]["fits"] is False
+    assert baseline["memory_warnings"][0].startswith("variant shadow-small does not fit this host's GPU memory")
+    # the same plan as resolving the baseline itself with those options
+    rc, alone = run(capsys, name="small", memory_override=True, memory_assumptions=assumptions)
+    assert rc == 0 and baseline["memory_plan"] == alone["memory_plan"] and baseline["argv"] == alone["argv"]
+    assert baseline["memory_plan"] != run(capsys, name="small", memory_override=True)[1]["memory_plan"]
+    # without the override the baseline's refusal is returned; the variant still passes
+    rc, result = run(capsys, name="balanced", baseline="small")
+    assert rc == 0, result
+    assert result["baseline"]["errors"][0].startswith("variant shadow-small does not fit in GPU memory")
+    # an unknown baseline is a problem of the baseline, not a crash
+    rc, result = run(capsys, name="balanced", baseline="turbo")
+    assert rc == 0 and "unknown variant 'turbo'" in result["baseline"]["errors"][0]
+    assert run(capsys, name="balanced")[1]["baseline"] is None
+
+
+URLS = [("127.0.0.1", "http://127.0.0.1:30001"), ("0.0.0.0", "http://127.0.0.1:30001"), ("::", "http://127.0.0.1:30001"),
+        ("::1", "http://[::1]:30001"), ("fd00::5", "http://[fd00::5]:30001")]
+
+
+@pytest.mark.parametrize("bind_host, url", URLS)
+def test_the_service_url_brackets_ipv6(host, capsys, bind_host, url):
+    host()
+    rc, result = run(capsys, bind_host=bind_host, port=30001)
+    assert rc == 0, result
+    assert result["url"] == url
