@@ -20,7 +20,6 @@ prints goes to standard error.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import io
 import json
 import os
@@ -33,12 +32,12 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def harness_source() -> str:
-    """HARNESS_SOURCE of plugins/module_utils/_server_args.py (which needs only the standard library)."""
-    path = os.path.join(REPO, "plugins", "module_utils", "_server_args.py")
-    spec = importlib.util.spec_from_file_location("inferops_server_args", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.HARNESS_SOURCE
+    """HARNESS_SOURCE of plugins/module_utils/_server_args.py (which needs only the standard
+    library), loaded as the tools load the collection's module utilities."""
+    sys.path.insert(0, os.path.join(REPO, "tools"))
+    import _collection  # pylint: disable=import-outside-toplevel,import-error
+
+    return _collection.load("_server_args").HARNESS_SOURCE
 
 
 def run_forked(code, request: str, workdir: str, index: int, timeout: int) -> dict:

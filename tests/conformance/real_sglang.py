@@ -95,12 +95,13 @@ def validate_gpu_cases(real: dict[str, str]) -> dict:
         done = dict(pool.map(one, list(groups)))
     out: dict = {}
     for (release, profile), answer in done.items():
+        by_id = {tuple(result["id"]): result for result in answer["results"]}
+        assert len(by_id) == len(answer["results"]), f"validate_args.py {release} answered a case twice"
         for (owner, tag, name), argv in groups[(release, profile)].items():
             mine = out.setdefault((owner, release, tag), {
                 "sglang": answer["sglang"], "speculative_algorithms": answer["speculative_algorithms"],
                 "results": {}, "argv": {}, "seconds": answer["seconds"], "argvs": answer["argvs"]})
-            [result] = [r for r in answer["results"] if r["id"] == [owner, tag, name]]
-            mine["results"][name] = result
+            mine["results"][name] = by_id[(owner, tag, name)]
             mine["argv"][name] = argv
     return out
 
