@@ -49,8 +49,10 @@ sys.path.insert(0, str(REPO / "collections"))
 
 from real_sglang import ExitClock, RealServer, free_port, model_max, paths, session_pids  # noqa: E402  pylint: disable=wrong-import-position
 
+from ansible_collections.inferops.sglang.plugins.module_utils import _listener  # noqa: E402
 from ansible_collections.inferops.sglang.plugins.module_utils import _readiness as r  # noqa: E402
 from ansible_collections.inferops.sglang.plugins.module_utils import _sglang_log as sglog  # noqa: E402
+from ansible_collections.inferops.sglang.plugins.module_utils._process_watch import PidWatcher  # noqa: E402
 
 NAIVE_REQUEST_TIMEOUT = 5.0  # bench_case.yml's uri timeout on /v1/models
 FIRST_REQUEST_TIMEOUT = 30.0  # and on the first real /generate
@@ -115,7 +117,7 @@ def gate(server: RealServer, budget: float, stall: float | None) -> dict:
     """wait_for_sglang's gate in PID mode, at the module's defaults but the timeout (and the stall budgets)."""
     budgets = {stage: stall for stage in r.STALL_BUDGETS if stage != "starting"} if stall else None
     client = r.Client(server.url, None, True, 30)
-    result = r.Gate(client, r.PidWatcher(server.proc.pid, str(server.log_path)), timeout=budget, budgets=budgets).run()
+    result = r.Gate(client, PidWatcher(server.proc.pid, str(server.log_path)), timeout=budget, budgets=budgets).run()
     result["done"] = time.monotonic()
     return result
 
@@ -141,8 +143,8 @@ def wait_to_act(server: RealServer) -> tuple[str | None, bool]:
 
 def scheduler_pid(server: RealServer) -> int | None:
     """The server's ``sglang::scheduler`` child (real SGLang names its children with setproctitle)."""
-    for pid in r.descendants(server.proc.pid):
-        if (r.cmdline(pid) or "").startswith("sglang::scheduler"):
+    for pid in _listener.descendants(server.proc.pid):
+        if (_listener.cmdline(pid) or "").startswith("sglang::scheduler"):
             return pid
     return None
 

@@ -44,9 +44,11 @@ import subprocess
 import sys
 import time
 
+from ansible_collections.inferops.sglang.plugins.module_utils import _credentials
 from ansible_collections.inferops.sglang.plugins.module_utils import _deploy_lock as lock
 from ansible_collections.inferops.sglang.plugins.module_utils import _deploy_metrics
 from ansible_collections.inferops.sglang.plugins.module_utils import _mask
+from ansible_collections.inferops.sglang.plugins.module_utils import _process_watch as watch
 from ansible_collections.inferops.sglang.plugins.module_utils import _state_files as files
 from ansible_collections.inferops.sglang.plugins.module_utils import _readiness as readiness
 from ansible_collections.inferops.sglang.plugins.module_utils._http import Client
@@ -223,11 +225,11 @@ class Watchdog:
     def _probe(self) -> tuple[dict, float | None]:
         if self.s.get("api_key_file"):
             try:
-                self.key = readiness.api_key_from_config(self.s["api_key_file"])
+                self.key = _credentials.api_key_from_config(self.s["api_key_file"])
             except (OSError, ValueError) as exc:
                 return {"ready": False, "failure": "config_unreadable", "msg": f"{self.s['api_key_file']}: {exc}"}, None
         # the journal from the probe's start only: the probe's cause is in a long-running server's newest lines
-        watcher = readiness.UnitWatcher(self.s["unit"], self.run_command, log_since=self.now())
+        watcher = watch.UnitWatcher(self.s["unit"], self.run_command, log_since=self.now())
         verdict = probe(self.s, Client(self.s["url"], self.key, True, float(self.s["timeout"])), watcher, self.gate_class)
         return verdict, watcher.since_start()
 

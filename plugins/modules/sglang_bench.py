@@ -130,8 +130,8 @@ msg:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _bench
+from ansible_collections.inferops.sglang.plugins.module_utils import _credentials
 from ansible_collections.inferops.sglang.plugins.module_utils import _http
-from ansible_collections.inferops.sglang.plugins.module_utils import _readiness
 
 
 def main() -> None:
@@ -171,7 +171,7 @@ def main() -> None:
     if errors:
         module.fail_json(msg="; ".join(errors))
     try:
-        client = _http.Client(p["url"], _readiness.module_api_key(module, None, p["api_key_file"]), True, load["timeout"])
+        client = _http.Client(p["url"], _credentials.module_api_key(module, None, p["api_key_file"]), True, load["timeout"])
     except (_bench.BenchError, ValueError) as exc:
         module.fail_json(msg=str(exc))
     if module.check_mode:

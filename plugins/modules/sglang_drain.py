@@ -110,9 +110,9 @@ import math
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.inferops.sglang.plugins.module_utils import _credentials
 from ansible_collections.inferops.sglang.plugins.module_utils import _drain
 from ansible_collections.inferops.sglang.plugins.module_utils import _http
-from ansible_collections.inferops.sglang.plugins.module_utils import _readiness
 
 
 def main() -> None:
@@ -132,7 +132,7 @@ def main() -> None:
         value = p[name]
         if not math.isfinite(value) or value < 0 or (value == 0 and not low_ok):
             module.fail_json(msg=f"{name} must be a finite number of seconds {'>=' if low_ok else '>'} 0, got {value!r}")
-    api_key = _readiness.module_api_key(module, None, p["api_key_file"])
+    api_key = _credentials.module_api_key(module, None, p["api_key_file"])
     try:
         client = _http.Client(p["url"], api_key, p["validate_certs"], p["request_timeout"])
     except ValueError as exc:

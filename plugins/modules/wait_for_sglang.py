@@ -373,6 +373,8 @@ import math
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.inferops.sglang.plugins.module_utils import _credentials
+from ansible_collections.inferops.sglang.plugins.module_utils import _process_watch as watch
 from ansible_collections.inferops.sglang.plugins.module_utils import _readiness as readiness
 
 
@@ -433,11 +435,11 @@ def main() -> None:
     _validate(module)
     p = module.params
     if p["unit"]:
-        watcher = readiness.UnitWatcher(p["unit"], lambda argv: module.run_command(argv, environ_update={"SYSTEMD_COLORS": "0"}))
+        watcher = watch.UnitWatcher(p["unit"], lambda argv: module.run_command(argv, environ_update={"SYSTEMD_COLORS": "0"}))
     elif p["pid"]:
-        watcher = readiness.PidWatcher(p["pid"], p["log_file"])
+        watcher = watch.PidWatcher(p["pid"], p["log_file"])
     else:
-        watcher = readiness.NoWatcher()
+        watcher = watch.NoWatcher()
 
     if module.check_mode:
         plan = {
@@ -451,7 +453,7 @@ def main() -> None:
         module.exit_json(changed=False, ready=None, phase=None, failure=None, would_wait_for=plan,
                          msg=f"check mode: would wait up to {p['timeout']:g} s for {p['url']} to pass {', '.join(readiness.PHASES)}")
 
-    api_key = readiness.module_api_key(module, p["api_key"], p["api_key_file"])
+    api_key = _credentials.module_api_key(module, p["api_key"], p["api_key_file"])
     try:
         client = readiness.Client(p["url"], api_key, p["validate_certs"], p["request_timeout"], max_body=p["max_response_bytes"])
     except ValueError as exc:

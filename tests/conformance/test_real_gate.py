@@ -30,8 +30,10 @@ from ansible_collections.inferops.sglang.plugins.module_utils import _bench
 from ansible_collections.inferops.sglang.plugins.module_utils import _deploy_metrics
 from ansible_collections.inferops.sglang.plugins.module_utils import _drain
 from ansible_collections.inferops.sglang.plugins.module_utils import _http
+from ansible_collections.inferops.sglang.plugins.module_utils import _listener
 from ansible_collections.inferops.sglang.plugins.module_utils import _readiness as r
 from ansible_collections.inferops.sglang.plugins.module_utils import _watchdog
+from ansible_collections.inferops.sglang.plugins.module_utils._process_watch import PidWatcher
 
 KEY = "conformance-key-4b1e9c"
 INTERVAL = 0.5
@@ -65,7 +67,7 @@ def timed(request):
 
 def run_gate(server: RealServer, api_key: str | None = KEY, **kw) -> dict:
     client = r.Client(server.url, api_key, True, kw.pop("request_timeout", 30))
-    watcher = r.PidWatcher(server.proc.pid, str(server.log_path))
+    watcher = PidWatcher(server.proc.pid, str(server.log_path))
     kw.setdefault("timeout", LOAD_DEADLINE)
     kw.setdefault("interval", INTERVAL)
     kw.setdefault("settle", 1.0)
@@ -80,7 +82,7 @@ class GateThread(threading.Thread):
         client = r.Client(server.url, kw.pop("api_key", KEY), True, 30)
         kw.setdefault("timeout", LOAD_DEADLINE)
         kw.setdefault("interval", INTERVAL)
-        self.gate = r.Gate(client, r.PidWatcher(server.proc.pid, str(server.log_path)), **kw)
+        self.gate = r.Gate(client, PidWatcher(server.proc.pid, str(server.log_path)), **kw)
         self.result: dict | None = None
         self.done: float | None = None
 
@@ -99,7 +101,7 @@ class GateThread(threading.Thread):
 def tree(pid: int) -> dict[int, str]:
     """The server's processes: pid -> cmdline (real SGLang names its children with
     setproctitle: ``sglang::scheduler``, ``sglang::detokenizer``)."""
-    return {p: r.cmdline(p) or "" for p in r.descendants(pid)}
+    return {p: _listener.cmdline(p) or "" for p in _listener.descendants(pid)}
 
 
 def scheduler_of(server: RealServer, timeout: float = 120) -> int:
@@ -116,7 +118,7 @@ def scheduler_of(server: RealServer, timeout: float = 120) -> int:
 def session_left(server: RealServer) -> list[str]:
     """The processes of the server's session still alive besides its leader: a parent that
     dies of a signal before it set up its handlers leaves them."""
-    return [r.cmdline(pid) or str(pid) for pid in session_pids(server.proc.pid) if pid != server.proc.pid]
+    return [_listener.cmdline(pid) or str(pid) for pid in session_pids(server.proc.pid) if pid != server.proc.pid]
 
 
 def requests_for(server: RealServer, paths: tuple[str, ...]) -> int:
@@ -168,7 +170,7 @@ def assert_ready(result: dict, server: RealServer) -> None:
     assert gen["completion_tokens"] > 0 and gen["text"].strip(), gen
     # the listener was checked and is the server's own main process (uvicorn runs in it)
     assert result["listener"]["state"] == "owned", result["listener"]
-    assert result["listener"]["pid"] in r.descendants(server.proc.pid)
+    assert result["listener"]["pid"] in _listener.descendants(server.proc.pid)
     assert "sglang.launch_server" in result["listener"]["cmdline"]
     assert requests_for(server, ("/generate",)) >= 2  # SGLang's own warmup and the gate's
     # the real start-up milestones were followed, in order, up to the real "fired up" line
@@ -375,7 +377,7 @@ def test_a_real_server_whose_scheduler_is_stopped_fails_the_watchdog_probe(share
 
     def probe() -> tuple[dict, float]:
         started = time.monotonic()
-        verdict = _watchdog.probe(settings, client, r.PidWatcher(shared.proc.pid, str(shared.log_path)))
+        verdict = _watchdog.probe(settings, client, PidWatcher(shared.proc.pid, str(shared.log_path)))
         return verdict, time.monotonic() - started
 
     first, _took = probe()

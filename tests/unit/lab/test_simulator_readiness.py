@@ -226,6 +226,7 @@ def test_a_wedged_simulator_answers_as_real_sglang_with_its_scheduler_stopped(la
     import urllib.error
 
     from ansible_collections.inferops.sglang.plugins.module_utils import _readiness as r
+    from ansible_collections.inferops.sglang.plugins.module_utils._process_watch import PidWatcher
     from ansible_collections.inferops.sglang.plugins.module_utils import _watchdog as wd
 
     server = launch([*MODEL, *NEXTN], version="0.5.11", host="ct200", gpus="0,1",
@@ -234,7 +235,7 @@ def test_a_wedged_simulator_answers_as_real_sglang_with_its_scheduler_stopped(la
     settings = wd.load_settings({"unit": "x.service", "url": f"http://127.0.0.1:{server.port}", "service_dir": "/x",
                                  "timeout": 5})
     client = r.Client(settings["url"], None, True, 5)
-    assert wd.probe(settings, client, r.PidWatcher(server.proc.pid, str(server.log)))["ready"] is True
+    assert wd.probe(settings, client, PidWatcher(server.proc.pid, str(server.log)))["ready"] is True
     before = server.output()
     os.kill(server.proc.pid, signal.SIGUSR2)
     assert server.status("/v1/models") == 200
@@ -247,7 +248,7 @@ def test_a_wedged_simulator_answers_as_real_sglang_with_its_scheduler_stopped(la
                                      data=b'{"text": "hi", "sampling_params": {"max_new_tokens": 2}}',
                                      headers={"content-type": "application/json"})
         urllib.request.urlopen(req, timeout=2).read()
-    verdict = wd.probe(settings, client, r.PidWatcher(server.proc.pid, str(server.log)))
+    verdict = wd.probe(settings, client, PidWatcher(server.proc.pid, str(server.log)))
     assert verdict["ready"] is False and verdict["failure"] == "not_ready", verdict["msg"]
     assert server.proc.poll() is None
     new = server.output()[len(before):]

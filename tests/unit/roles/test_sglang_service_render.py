@@ -24,9 +24,9 @@ from ddtree_helpers import wheel
 from sim_helpers import REPO
 
 import systemd_syntax
+from ansible_collections.inferops.sglang.plugins.module_utils import _credentials
 from ansible_collections.inferops.sglang.plugins.module_utils import _host_manifest
 from ansible_collections.inferops.sglang.plugins.module_utils import _inputs
-from ansible_collections.inferops.sglang.plugins.module_utils import _readiness
 from ansible_collections.inferops.sglang.plugins.module_utils import _variants
 
 ROLE = REPO / "roles" / "sglang_service"
@@ -265,7 +265,7 @@ def test_any_printable_key_reaches_sglang_byte_for_byte_through_the_config_file(
     path.write_text(text)
     assert _parse_like_sglang(merger, str(path)).api_key == key
     # the pre-gate reads the running service's key from the same file
-    assert _readiness.api_key_from_config(str(path)) == key
+    assert _credentials.api_key_from_config(str(path)) == key
 
 
 def test_a_key_starting_with_a_dash_would_stop_sglang_so_it_is_refused(merger, tmp_path):

@@ -1,7 +1,7 @@
 """_credentials: the probe of systemd's credential delivery, on the answers
 systemd-run gave in the lab's containers (systemd 252.39): a privileged
 container with a private root mount, the same container with the root mount
-shared, an unprivileged one."""
+shared, an unprivileged one; and the API key read back from a --config file."""
 
 from __future__ import annotations
 
@@ -55,3 +55,16 @@ def test_anything_but_the_value_read_back_is_a_problem(answer):
     problem = _credentials.problem(run_command)
     assert problem is not None and f"exit {answer[0]}: " in problem
     assert (answer[2].strip() or "no output") in problem
+
+
+def test_api_key_from_the_config_file(tmp_path):
+    """The key of an SGLang --config file as the role writes it (a JSON string), or none."""
+    path = tmp_path / "c.yaml"
+    path.write_text('# managed\napi-key: "s3cr\\"et"\n')
+    assert _credentials.api_key_from_config(str(path)) == 's3cr"et'
+    path.write_text("# managed\n{}\n")
+    assert _credentials.api_key_from_config(str(path)) is None
+    path.write_text("api-key: 'it''s'\n")
+    assert _credentials.api_key_from_config(str(path)) == "it's"
+    path.write_text("api-key: plain # comment\n")
+    assert _credentials.api_key_from_config(str(path)) == "plain"

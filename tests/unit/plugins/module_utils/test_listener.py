@@ -19,7 +19,9 @@ from pathlib import Path
 import pytest
 from sim_helpers import free_port
 
+from ansible_collections.inferops.sglang.plugins.module_utils import _listener
 from ansible_collections.inferops.sglang.plugins.module_utils import _readiness as r
+from ansible_collections.inferops.sglang.plugins.module_utils._process_watch import NoWatcher, PidWatcher, UnitWatcher
 
 FAKE = Path(__file__).resolve().parents[2] / "fake_sglang_http.py"
 
@@ -87,7 +89,7 @@ def procs(tmp_path):
 def wait_listening(port: int, timeout: float = 20) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if any(entry[1] == port for entry in r.read_listeners()):
+        if any(entry[1] == port for entry in _listener.read_listeners()):
             return
         time.sleep(0.05)
     raise AssertionError(f"nothing listens on {port}")
@@ -103,7 +105,7 @@ def gate(port: int, watcher, api_key: str | None = "s3cret-key", **kw) -> dict:
 def child_of(parent: subprocess.Popen, timeout: float = 10) -> int:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        below = [p for p in r.descendants(parent.pid) if p != parent.pid]
+        below = [p for p in _listener.descendants(parent.pid) if p != parent.pid]
         if below:
             return below[0]
         time.sleep(0.02)
@@ -120,7 +122,7 @@ def test_listen_sockets_are_read_with_their_inode():
         v4.listen()
         v6.bind(("::1", 0))
         v6.listen()
-        found = r.read_listeners()
+        found = _listener.read_listeners()
         port4, port6 = v4.getsockname()[1], v6.getsockname()[1]
         # a socket's inode is what /proc/net/tcp prints and what /proc/PID/fd links to
         assert ("127.0.0.1", port4, os.fstat(v4.fileno()).st_ino, os.getuid()) in found
@@ -146,22 +148,22 @@ def test_a_proc_net_tcp_table_is_parsed(tmp_path):
         "00000000:00000000 00:00000000 00000000     0        0 5252 1 0 100 0 0 10 0\n"))
     if sys.byteorder != "little":
         pytest.skip("the rows above are a little-endian host's")
-    found = r.read_listeners(str(tmp_path))
+    found = _listener.read_listeners(str(tmp_path))
     assert found == [("127.0.0.1", 8080, 4242, 998), ("::", 30000, 5151, 0), ("::ffff:127.0.0.1", 30001, 5252, 0)]
 
 
 def test_unreadable_tables_are_an_error(tmp_path):
     with pytest.raises(OSError):
-        r.read_listeners(str(tmp_path))
+        _listener.read_listeners(str(tmp_path))
 
 
 def test_the_address_a_connection_reaches():
     listeners = [("0.0.0.0", 30000, 1, 0), ("127.0.0.1", 30000, 2, 0), ("::", 30001, 3, 0), ("10.1.2.3", 30002, 4, 0)]
-    assert [e[2] for e in r._accepting(listeners, "127.0.0.1", 30000)] == [2]  # the exact bind wins
-    assert [e[2] for e in r._accepting(listeners, "10.9.9.9", 30000)] == [1]  # else the wildcard
-    assert [e[2] for e in r._accepting(listeners, "127.0.0.1", 30001)] == [3]  # a dual-stack :: takes IPv4
-    assert r._accepting(listeners, "127.0.0.1", 30002) == []
-    assert r._accepting([("0.0.0.0", 30000, 1, 0)], "::1", 30000) == []  # an IPv4 socket never takes IPv6
+    assert [e[2] for e in _listener._accepting(listeners, "127.0.0.1", 30000)] == [2]  # the exact bind wins
+    assert [e[2] for e in _listener._accepting(listeners, "10.9.9.9", 30000)] == [1]  # else the wildcard
+    assert [e[2] for e in _listener._accepting(listeners, "127.0.0.1", 30001)] == [3]  # a dual-stack :: takes IPv4
+    assert _listener._accepting(listeners, "127.0.0.1", 30002) == []
+    assert _listener._accepting([("0.0.0.0", 30000, 1, 0)], "::1", 30000) == []  # an IPv4 socket never takes IPv6
 
 
 # -- the gate with real listeners -----------------------------------------------------
@@ -171,7 +173,7 @@ def test_a_child_that_listens_is_the_servers_own(procs):
     port = free_port()
     parent = procs([sys.executable, "-c", PARENT, sys.executable, str(FAKE), str(port), json.dumps({"api_key": "s3cret-key"})])
     child = child_of(parent)
-    result = gate(port, r.PidWatcher(parent.pid))
+    result = gate(port, PidWatcher(parent.pid))
     assert result["ready"], result["msg"]
     assert result["listener"]["state"] == "owned" and result["listener"]["verified"] is True
     assert result["listener"]["pid"] == child and "fake_sglang_http.py" in result["listener"]["cmdline"]
@@ -185,7 +187,7 @@ def test_an_unrelated_listener_is_port_taken_and_gets_nothing(procs):
     other = procs(procs.recorder_argv(port))
     wait_listening(port)
     server = procs(["sleep", "60"])
-    result = gate(port, r.PidWatcher(server.pid))
+    result = gate(port, PidWatcher(server.pid))
     assert (result["phase"], result["failure"]) == ("http", "port_taken"), result["msg"]
     assert result["listener"]["pid"] == other.pid and "recorder.py" in result["listener"]["cmdline"]
     assert result["elapsed"] < 2
@@ -200,7 +202,7 @@ def test_a_listener_appearing_while_the_gate_waits_never_gets_the_key(procs):
     port = free_port()
     server = procs(["sleep", "60"])
     other = procs(procs.recorder_argv(port, bind_after=1.0))
-    result = gate(port, r.PidWatcher(server.pid), interval=0.05)
+    result = gate(port, PidWatcher(server.pid), interval=0.05)
     assert result["failure"] == "port_taken", result["msg"]
     assert result["listener"]["pid"] == other.pid
     assert result["elapsed"] >= 0.9
@@ -214,7 +216,7 @@ def test_without_the_check_the_impostor_gets_the_key(procs):
     procs(procs.recorder_argv(port))
     wait_listening(port)
     server = procs(["sleep", "60"])
-    result = gate(port, r.PidWatcher(server.pid), check_listener=False, timeout=1.5)
+    result = gate(port, PidWatcher(server.pid), check_listener=False, timeout=1.5)
     assert result["failure"] != "port_taken"
     assert result["listener"]["state"] == "unverified" and "check_listener is off" in result["listener"]["detail"]
     assert "Bearer s3cret-key" in [req["authorization"] for req in procs.requests(port)]
@@ -224,19 +226,19 @@ def test_an_ipv6_wildcard_listener_of_the_server_counts_for_127_0_0_1(procs):
     port = free_port()
     parent = procs([sys.executable, "-c", PARENT, *procs.recorder_argv(port, family="v6")])
     wait_listening(port)
-    seen = r.find_listener(f"http://127.0.0.1:{port}", r.PidWatcher(parent.pid))
+    seen = _listener.find_listener(f"http://127.0.0.1:{port}", PidWatcher(parent.pid))
     assert (seen.state, seen.pid) == ("owned", child_of(parent))
     assert seen.address == f"127.0.0.1:{port}"
     # and localhost, which resolves to ::1 and/or 127.0.0.1, reaches the same socket
-    assert r.find_listener(f"http://localhost:{port}", r.PidWatcher(parent.pid)).state == "owned"
+    assert _listener.find_listener(f"http://localhost:{port}", PidWatcher(parent.pid)).state == "owned"
 
 
 def test_nothing_listening_is_absent_and_requests_go_without_the_key(procs):
     port = free_port()
     server = procs(["sleep", "60"])
-    seen = r.find_listener(f"http://127.0.0.1:{port}", r.PidWatcher(server.pid))
+    seen = _listener.find_listener(f"http://127.0.0.1:{port}", PidWatcher(server.pid))
     assert seen.state == "absent"
-    result = gate(port, r.PidWatcher(server.pid), timeout=1)
+    result = gate(port, PidWatcher(server.pid), timeout=1)
     assert (result["failure"], result["last_response"]) == ("not_listening", "connection refused")
     assert result["listener"]["state"] == "absent"
 
@@ -244,7 +246,7 @@ def test_nothing_listening_is_absent_and_requests_go_without_the_key(procs):
 # -- where ownership cannot be established ---------------------------------------------
 
 def test_a_url_on_another_host_is_not_checked():
-    seen = r.find_listener("http://192.0.2.10:30000", r.PidWatcher(os.getpid()))  # TEST-NET-1: not this host's
+    seen = _listener.find_listener("http://192.0.2.10:30000", PidWatcher(os.getpid()))  # TEST-NET-1: not this host's
     assert seen.state == "unverified" and "not an address of this host" in seen.detail
     assert seen.describe()["verified"] is False
 
@@ -253,7 +255,7 @@ def test_no_watched_process_keeps_todays_behaviour(procs):
     port = free_port()
     procs([sys.executable, str(FAKE), str(port), json.dumps({"api_key": "s3cret-key"})])
     wait_listening(port)
-    result = gate(port, r.NoWatcher())
+    result = gate(port, NoWatcher())
     assert result["ready"], result["msg"]
     assert result["listener"]["state"] == "unverified" and "no unit or pid is watched" in result["listener"]["detail"]
     assert any("who listens is not checked" in e["event"] for e in result["timeline"])
@@ -269,8 +271,8 @@ def test_unreadable_fd_tables_are_unverified(procs, monkeypatch):
     def denied(pid, proc="/proc"):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(r, "_socket_inodes", denied)
-    seen = r.find_listener(f"http://127.0.0.1:{port}", r.PidWatcher(parent.pid))
+    monkeypatch.setattr(_listener, "_socket_inodes", denied)
+    seen = _listener.find_listener(f"http://127.0.0.1:{port}", PidWatcher(parent.pid))
     assert seen.state == "unverified" and "needs root" in seen.detail
 
 
@@ -288,14 +290,14 @@ def test_fd_links_that_do_not_resolve_are_unverified_not_port_taken(procs, monke
             raise PermissionError(13, "Permission denied", str(path))
         return real_readlink(path, *args, **kwargs)
 
-    monkeypatch.setattr(r.os, "readlink", readlink)
-    seen = r.find_listener(f"http://127.0.0.1:{port}", r.PidWatcher(parent.pid))
+    monkeypatch.setattr(_listener.os, "readlink", readlink)
+    seen = _listener.find_listener(f"http://127.0.0.1:{port}", PidWatcher(parent.pid))
     assert seen.state == "unverified" and "needs root" in seen.detail
 
 
 # -- unit mode: the unit's control group ----------------------------------------------------
 
-def unit_watcher(tmp_path, group: str, members: list[int], main_pid: int) -> r.UnitWatcher:
+def unit_watcher(tmp_path, group: str, members: list[int], main_pid: int) -> UnitWatcher:
     """A UnitWatcher whose cgroup tree and /proc/PID/cgroup files are laid out in tmp_path
     (systemd's own cgroupfs is not on this machine: systemd runs only in lab containers)."""
     root = tmp_path / "cgroup"
@@ -307,7 +309,7 @@ def unit_watcher(tmp_path, group: str, members: list[int], main_pid: int) -> r.U
     def run(argv):
         return 0, "".join(f"{k}={v}\n" for k, v in props.items()), ""
 
-    watcher = r.UnitWatcher("sglang-qwen.service", run)
+    watcher = UnitWatcher("sglang-qwen.service", run)
     watcher.CGROUP_ROOTS = (str(root),)
     watcher.begin()
     return watcher
@@ -322,8 +324,8 @@ def test_unit_mode_owns_the_sockets_of_its_cgroup_only(tmp_path, procs):
     main = procs(["sleep", "60"])
     watcher = unit_watcher(tmp_path, "/system.slice/sglang-qwen.service", [main.pid, mine.pid], main.pid)
     assert sorted(watcher.own_pids()) == sorted([main.pid, mine.pid])
-    assert r.find_listener(f"http://127.0.0.1:{port}", watcher).state == "owned"
-    seen = r.find_listener(f"http://127.0.0.1:{other_port}", watcher)
+    assert _listener.find_listener(f"http://127.0.0.1:{port}", watcher).state == "owned"
+    seen = _listener.find_listener(f"http://127.0.0.1:{other_port}", watcher)
     assert (seen.state, seen.pid) == ("foreign", theirs.pid)
 
 
@@ -349,7 +351,7 @@ def test_secret_flags_are_masked_in_the_listeners_command_line(procs):
     # the fake reads only PORT and SCENARIO; the flags after them are there to be seen in /proc
     parent = procs([sys.executable, "-c", PARENT, sys.executable, str(FAKE), str(port), "{}",
                     "--api-key", "s3cret-key", "--admin-api-key=adm1n", "--tokenizer-path", "/srv/tok"])
-    result = gate(port, r.PidWatcher(parent.pid), api_key=None)
+    result = gate(port, PidWatcher(parent.pid), api_key=None)
     assert result["ready"], result["msg"]
     line = result["listener"]["cmdline"]
     assert line.endswith("--api-key ******** --admin-api-key=******** --tokenizer-path /srv/tok"), line

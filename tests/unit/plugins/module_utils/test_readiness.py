@@ -18,6 +18,7 @@ import pytest
 from sim_helpers import BALANCED, MODEL, NEXTN, NOGRAPH, SHADOW, FakeClock, free_port
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _readiness as r
+from ansible_collections.inferops.sglang.plugins.module_utils._process_watch import NoWatcher, PidWatcher, UnitWatcher
 
 FAKE = Path(__file__).resolve().parents[2] / "fake_sglang_http.py"
 DEADLINE = 60.0
@@ -33,16 +34,16 @@ def gate(port: int, watcher=None, api_key: str | None = None, clock: FakeClock |
     if clock is not None:
         kw.update(clock=clock.monotonic, sleep=clock.sleep)
     client = r.Client(f"http://127.0.0.1:{port}", api_key, True, kw.pop("request_timeout", 10))
-    return r.Gate(client, watcher or r.NoWatcher(), **kw).run()
+    return r.Gate(client, watcher or NoWatcher(), **kw).run()
 
 
-def unit(run, clock: FakeClock, **kw) -> r.UnitWatcher:
+def unit(run, clock: FakeClock, **kw) -> UnitWatcher:
     """A UnitWatcher of sglang-qwen.service over a run_command double, on the test's clock."""
-    return r.UnitWatcher(kw.pop("name", "sglang-qwen.service"), run, clock=clock.monotonic, wall_clock=clock.time, **kw)
+    return UnitWatcher(kw.pop("name", "sglang-qwen.service"), run, clock=clock.monotonic, wall_clock=clock.time, **kw)
 
 
-def watch(server) -> r.PidWatcher:
-    return r.PidWatcher(server.proc.pid, str(server.log))
+def watch(server) -> PidWatcher:
+    return PidWatcher(server.proc.pid, str(server.log))
 
 
 @pytest.fixture
@@ -197,7 +198,7 @@ def test_nothing_listening_times_out_as_not_listening():
 
 def test_health_never_ready_is_not_ready(fake):
     server = fake(ready_after=3600)
-    result = gate(server.port, r.PidWatcher(server.pid, str(server.log)), timeout=2)
+    result = gate(server.port, PidWatcher(server.pid, str(server.log)), timeout=2)
     assert (result["phase"], result["failure"]) == ("health", "not_ready")
     assert result["last_response"] == "HTTP 503"
     assert result["models"] == ["fake-model"]
@@ -205,7 +206,7 @@ def test_health_never_ready_is_not_ready(fake):
 
 def test_waits_through_a_slow_start(fake):
     server = fake(bind_after=1.0, ready_after=1.0)
-    result = gate(server.port, r.PidWatcher(server.pid, str(server.log)))
+    result = gate(server.port, PidWatcher(server.pid, str(server.log)))
     assert result["ready"], result["msg"]
     assert result["phases"]["http"] >= 0.9 and result["phases"]["health"] >= 1.9
     assert "Uvicorn running" in result["last_log_line"] or "POST /generate" in server.log.read_text()
@@ -219,7 +220,7 @@ def test_waits_through_a_slow_start(fake):
 ])
 def test_generation_failures(fake, mode, failure):
     server = fake(generation=mode)
-    result = gate(server.port, r.PidWatcher(server.pid, str(server.log)), request_timeout=1)
+    result = gate(server.port, PidWatcher(server.pid, str(server.log)), request_timeout=1)
     assert (result["phase"], result["failure"]) == ("generation", failure)
     assert "passed its health check but a real generation" in result["msg"]
     if mode == "error":
@@ -228,7 +229,7 @@ def test_generation_failures(fake, mode, failure):
 
 def test_server_dying_on_the_request_is_a_process_failure(fake):
     server = fake(generation="die")
-    result = gate(server.port, r.PidWatcher(server.pid, str(server.log)))
+    result = gate(server.port, PidWatcher(server.pid, str(server.log)))
     assert (result["phase"], result["failure"]) == ("generation", "process_exited")
     assert result["cause"] == "unknown"
     assert "Segmentation fault" in " ".join(result["evidence"])
@@ -236,7 +237,7 @@ def test_server_dying_on_the_request_is_a_process_failure(fake):
 
 def test_exit_during_settle_is_caught(fake):
     server = fake(exit_after=1.0)
-    result = gate(server.port, r.PidWatcher(server.pid, str(server.log)), settle=30)
+    result = gate(server.port, PidWatcher(server.pid, str(server.log)), settle=30)
     assert (result["phase"], result["failure"]) == ("settled", "process_exited")
     assert result["elapsed"] < 10  # not the 30 s settle
 
@@ -271,14 +272,14 @@ def test_proxy_in_the_environment_is_not_used(fake, monkeypatch):
 def test_vanished_pid_fails_before_any_request():
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
-    result = gate(free_port(), r.PidWatcher(proc.pid))
+    result = gate(free_port(), PidWatcher(proc.pid))
     assert (result["phase"], result["failure"]) == ("process", "process_exited")
     assert result["elapsed"] < 1
 
 
 def test_log_file_progress_is_reported(fake):
     server = fake(ready_after=0.5)
-    result = gate(server.port, r.PidWatcher(server.pid, str(server.log)))
+    result = gate(server.port, PidWatcher(server.pid, str(server.log)))
     assert result["ready"]
     events = [e["event"] for e in result["timeline"]]
     # a process that just started is in the implicit first stage, then passes its phases
@@ -331,7 +332,7 @@ def test_unit_state_changes_end_the_wait(later, failure, detail):
     assert result["failure"] == failure
     assert detail in result["detail"]
     assert result["elapsed"] < 10  # the 30 s deadline is not waited out ...
-    assert result["elapsed"] >= r.UnitWatcher.cause_wait  # ... the journal is read for a cause for 6 s (it has none)
+    assert result["elapsed"] >= UnitWatcher.cause_wait  # ... the journal is read for a cause for 6 s (it has none)
     assert result["msg"].startswith("unit sglang-qwen.service")
 
 
@@ -357,7 +358,7 @@ def test_journal_since_the_units_start_only():
          "MESSAGE": list(b"RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current value: "
                          b"mem_fraction_static=0.88 \xff")},
     ]
-    watcher = r.UnitWatcher("sglang-qwen.service", fake_systemctl([failed], journal))
+    watcher = UnitWatcher("sglang-qwen.service", fake_systemctl([failed], journal))
     result = gate(free_port(), watcher)
     assert result["cause"] == "kv_pool_too_small"
     assert result["since_start"] == pytest.approx(33.5, abs=0.2)
@@ -450,7 +451,7 @@ def test_gate_begun_after_the_crash_reads_the_crashed_run():
         {"__CURSOR": "c4", "__REALTIME_TIMESTAMP": str(start_us + 1_100_500),
          "MESSAGE": "sglang-qwen.service: Main process exited, code=killed, status=9/KILL"},
     ]
-    watcher = r.UnitWatcher("sglang-qwen.service", fake_systemctl([held], journal))
+    watcher = UnitWatcher("sglang-qwen.service", fake_systemctl([held], journal))
     result = gate(free_port(), watcher)
     assert (result["failure"], result["cause"]) == ("unit_restarted", "kv_pool_too_small")
     assert result["since_start"] == pytest.approx(1.1, abs=0.05)
@@ -478,27 +479,12 @@ def test_a_fresh_start_does_not_read_the_previous_crash():
     assert result["cause"] != "kv_pool_too_small"
 
 
-def test_api_key_from_the_config_file(tmp_path):
-    """The key of an SGLang --config file as the role writes it (a JSON string), or none."""
-    from ansible_collections.inferops.sglang.plugins.module_utils._readiness import api_key_from_config
-
-    path = tmp_path / "c.yaml"
-    path.write_text('# managed\napi-key: "s3cr\\"et"\n')
-    assert api_key_from_config(str(path)) == 's3cr"et'
-    path.write_text("# managed\n{}\n")
-    assert api_key_from_config(str(path)) is None
-    path.write_text("api-key: 'it''s'\n")
-    assert api_key_from_config(str(path)) == "it's"
-    path.write_text("api-key: plain # comment\n")
-    assert api_key_from_config(str(path)) == "plain"
-
-
 # -- /ready, /server_info, the progress file ------------------------------------
 
 
 def test_ready_endpoint_is_a_phase_where_served(fake):
     server = fake(ready_after=1.0, ready_endpoint=True)
-    result = gate(server.port, r.PidWatcher(server.pid, str(server.log)))
+    result = gate(server.port, PidWatcher(server.pid, str(server.log)))
     assert result["ready"], result["msg"]
     assert list(result["phases"]) == list(r.PHASES)
     assert result["phases"]["ready"] >= result["phases"]["health"]
@@ -507,7 +493,7 @@ def test_ready_endpoint_is_a_phase_where_served(fake):
 
 def test_ready_endpoint_absent_before_0_5_20_passes(fake):
     server = fake()
-    result = gate(server.port, r.PidWatcher(server.pid, str(server.log)))
+    result = gate(server.port, PidWatcher(server.pid, str(server.log)))
     assert result["ready"], result["msg"]
     assert any("SGLang before 0.5.20" in e["event"] for e in result["timeline"])
 
@@ -549,7 +535,7 @@ def test_server_figures(info, figures):
 
 def test_ready_server_reports_its_figures_never_its_key(fake):
     server = fake(server_info=INFO_0_5_11)
-    result = gate(server.port, r.PidWatcher(server.pid, str(server.log)))
+    result = gate(server.port, PidWatcher(server.pid, str(server.log)))
     assert result["ready"], result["msg"]
     assert result["server"]["max_total_tokens"] == 4096 and result["server"]["max_running_requests"] == 2048
     # (the listener's command line is the test double's, with its scenario, key included)
@@ -558,7 +544,7 @@ def test_ready_server_reports_its_figures_never_its_key(fake):
 
 def test_server_info_unanswered_still_ready(fake):
     server = fake()  # /server_info is 404 here
-    result = gate(server.port, r.PidWatcher(server.pid, str(server.log)))
+    result = gate(server.port, PidWatcher(server.pid, str(server.log)))
     assert result["ready"] and result["server"] is None
     assert any(e["event"].startswith("/server_info not read (HTTP 404") for e in result["timeline"])
 
@@ -572,7 +558,7 @@ def test_progress_file_holds_the_last_state(fake, tmp_path):
     planted = tmp_path / f".progress.json.{os.getpid()}"
     planted.symlink_to(victim)
     client = r.Client(f"http://127.0.0.1:{server.port}", None, True, 10)
-    result = r.Gate(client, r.PidWatcher(server.pid, str(server.log)), timeout=DEADLINE, interval=0.25, settle=0.5,
+    result = r.Gate(client, PidWatcher(server.pid, str(server.log)), timeout=DEADLINE, interval=0.25, settle=0.5,
                     progress_file=str(progress)).run()
     assert result["ready"]
     state = json.loads(progress.read_text())
@@ -592,8 +578,8 @@ class Hanging:
         self.log.write_text("".join(line + "\n" for line in lines))
         self.proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
 
-    def watcher(self) -> r.PidWatcher:
-        return r.PidWatcher(self.proc.pid, str(self.log))
+    def watcher(self) -> PidWatcher:
+        return PidWatcher(self.proc.pid, str(self.log))
 
     def stop(self) -> None:
         self.proc.kill()
@@ -643,7 +629,7 @@ def test_a_budget_of_zero_turns_the_stage_off(hanging):
 
 def test_without_a_log_there_is_no_stall_verdict(hanging):
     h = hanging(CAPTURE)
-    result = gate(free_port(), r.PidWatcher(h.proc.pid), timeout=3, budgets={"starting": 1}, clock=FakeClock())
+    result = gate(free_port(), PidWatcher(h.proc.pid), timeout=3, budgets={"starting": 1}, clock=FakeClock())
     assert result["failure"] == "not_listening" and result["stage"] is None
 
 

@@ -23,7 +23,8 @@ def _mode(path) -> int:
 
 def test_the_code_is_the_closure_of_the_watchdogs_imports_and_needs_no_ansible():
     files = mod.code()
-    assert {"_watchdog.py", "_readiness.py", "_http.py", "_state_files.py", "_deploy_lock.py"} <= set(files)
+    assert {"_watchdog.py", "_readiness.py", "_process_watch.py", "_listener.py", "_credentials.py", "_http.py",
+            "_state_files.py", "_deploy_lock.py"} <= set(files)
     for name, text in files.items():
         assert text == (REPO / "plugins" / "module_utils" / name).read_text(), name
         # the watchdog runs on the host's own python, without Ansible installed
