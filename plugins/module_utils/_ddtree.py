@@ -391,19 +391,6 @@ def now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _fsync_dir(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
     """Write a file by rename, so a reader sees the old or the new content, never part of one
     (``_state_files.write_atomic``: an exclusively created temporary file, fsync, the mode,
@@ -589,7 +576,7 @@ def roll_back(site: str, manifest_path: str) -> list[str]:
             raise DDTreeError(f"cannot roll back {entry['path']}: its saved copy {entry['old']} is missing or changed; "
                               f"reinstall SGLang {journal.get('sglang_version')} and remove {journal_path(site)}")
         restored.append(entry["path"])
-        _fsync_dir(os.path.dirname(target))
+        state_files.fsync_dir(os.path.dirname(target))
     before = journal.get("manifest_before")
     if before is None:
         if os.path.lexists(journal["manifest"]):
@@ -679,7 +666,7 @@ def transact(site: str, ops: dict[str, bytes | None], manifest_path: str, manife
             if data is not None and not os.path.isdir(os.path.dirname(target)):
                 raise DDTreeError(f"{path}: the directory {os.path.dirname(target)} does not exist in the installed SGLang")
             entries.append(entry)
-        _fsync_dir(stage)
+        state_files.fsync_dir(stage)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         _tidy(site)
@@ -697,7 +684,7 @@ def transact(site: str, ops: dict[str, bytes | None], manifest_path: str, manife
                 replace_file(entry["new"], target)
             elif os.path.lexists(target):
                 os.unlink(target)
-            _fsync_dir(os.path.dirname(target))
+            state_files.fsync_dir(os.path.dirname(target))
     except Exception as exc:
         roll_back(site, manifest_path)
         raise DDTreeError(f"the build was interrupted ({exc}); every file was put back as it was") from exc
