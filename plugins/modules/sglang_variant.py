@@ -180,8 +180,9 @@ url:
 baseline:
   description:
     - O(baseline) resolved and checked as O(name) is; null without O(baseline).
-    - C(variant), C(params), C(argv), C(exec_args), C(memory_plan) and C(memory_warnings) as for O(name), and C(errors)
-      (empty when the baseline can run on this host).
+    - C(variant), C(params), C(argv), C(exec_args), C(sglang_version), C(max_position_embeddings), C(memory_plan) and
+      C(memory_warnings) as for O(name), and C(errors) (empty when the baseline can run on this host): the same keys
+      the role renders a variant from.
   returned: success
   type: dict
 errors:
@@ -361,7 +362,8 @@ def main() -> None:
     if p["baseline"]:
         # the rollback target, resolved and checked with every option of this call (the
         # variant's own settings: the memory plan, its override and assumptions, the paths)
-        baseline = _resolve(p, p["baseline"], host)
+        baseline = dict(_resolve(p, p["baseline"], host), sglang_version=host["version_text"],
+                        max_position_embeddings=host["max_position_embeddings"])
     url = _deploy.url_of(["--host", p["bind_host"], "--port", str(p["port"])])
     module.exit_json(changed=False, sglang_version=host["version_text"], max_position_embeddings=host["max_position_embeddings"],
                      url=url, baseline=baseline, **result)

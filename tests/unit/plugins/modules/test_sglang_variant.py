@@ -5,6 +5,7 @@ nvidia-smi reading ct129's hardware file (GPU 1 lost)."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -273,9 +274,15 @@ def test_the_baseline_is_resolved_with_the_same_options_as_the_variant(host, cap
     assert baseline["variant"] == "shadow-small" and baseline["errors"] == []
     assert baseline["memory_plan"]["fits"] is False
     assert baseline["memory_warnings"][0].startswith("variant shadow-small does not fit this host's GPU memory")
-    # the same plan as resolving the baseline itself with those options
+    # the same plan as resolving the baseline itself with those options, and every key the role
+    # renders a unit from (the templates take the variant or the baseline alike)
     rc, alone = run(capsys, name="small", memory_override=True, memory_assumptions=assumptions)
     assert rc == 0 and baseline["memory_plan"] == alone["memory_plan"] and baseline["argv"] == alone["argv"]
+    rendered = {key for path in (REPO / "roles/sglang_service").rglob("*") if path.suffix in (".yml", ".j2")
+                for key in re.findall(r"_sglang_service_render\.(\w+)", path.read_text())}
+    assert {"variant", "params", "argv", "exec_args", "sglang_version"} <= rendered
+    for key in rendered | {"max_position_embeddings", "memory_plan"}:
+        assert baseline[key] == alone[key], key
     assert baseline["memory_plan"] != run(capsys, name="small", memory_override=True)[1]["memory_plan"]
     # without the override the baseline's refusal is returned; the variant still passes
     rc, result = run(capsys, name="balanced", baseline="small")
