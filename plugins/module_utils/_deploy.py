@@ -29,6 +29,7 @@ from __future__ import annotations
 import re
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _bench
+from ansible_collections.inferops.sglang.plugins.module_utils import _deploy_metrics
 
 OUTCOMES = {
     "switched": "switched",
@@ -38,10 +39,9 @@ OUTCOMES = {
     "failed_before_switching": "failed before switching",
     "not_reached": "not reached",
 }
-# Outcomes a deploy record on the host can carry (the last two are the callback's).
-RECORDED = ("switched", "unchanged", "rolled_back", "rollback_failed")
-# Outcomes after which the host runs what the deploy asked for, or what it ran.
-HEALTHY = ("switched", "unchanged", "rolled_back")
+# Outcomes a deploy record on the host can carry (the last two of OUTCOMES are the
+# callback's), as the metrics count them: one list.
+RECORDED = _deploy_metrics.OUTCOMES
 
 # The record's keys, in order (history.jsonl, set_stats inferops_deploy).
 RECORD_KEYS = ("time", "host", "service", "run_id", "variant", "from", "params", "argv", "sglang_version",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _deploy
+from ansible_collections.inferops.sglang.plugins.module_utils import _deploy_metrics
 
 FILES = [
     {"name": "sglang-qwen.service", "src": "/etc/systemd/system/sglang-qwen.service", "mode": "0644"},
@@ -201,7 +202,7 @@ def test_summaries_say_what_runs_and_where_the_files_are():
 
 
 def test_every_outcome_has_a_label():
-    assert set(_deploy.RECORDED) <= set(_deploy.OUTCOMES) and set(_deploy.HEALTHY) <= set(_deploy.RECORDED)
+    assert set(_deploy.RECORDED) <= set(_deploy.OUTCOMES) and set(_deploy_metrics.HEALTHY) <= set(_deploy.RECORDED)
 
 
 # -- retention -------------------------------------------------------------------------------------------------------
