@@ -181,7 +181,7 @@ baseline:
   description:
     - O(baseline) resolved and checked as O(name) is; null without O(baseline).
     - C(variant), C(params), C(argv), C(exec_args), C(sglang_version), C(max_position_embeddings), C(memory_plan) and
-      C(memory_warnings) as for O(name), and C(errors) (empty when the baseline can run on this host): the same keys
+      C(memory_warnings) as for O(name), and C(errors) (empty when the baseline can run on this host), the same keys
       the role renders a variant from.
   returned: success
   type: dict
