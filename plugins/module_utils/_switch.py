@@ -1,0 +1,1000 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The switch of one host's SGLang service as one state machine (a prototype: the role
+still switches with roles/sglang_service/tasks/switch.yml and rollback.yml).
+
+``Switch`` walks explicit states, one method per state; each method does its step and
+returns an event, and ``TRANSITIONS`` (state, event) -> next state is the one place
+where the next step is chosen. From the pre-gate on (the first step of the switch
+proper) every transition rewrites the switch marker, ``switch.json`` in the service
+directory, with the state entered, so a switch cut short (a killed job, a reboot of the
+host) is visible, and the next run, finding the marker at inspect, switches again and
+records that it repaired one. The states before the pre-gate change nothing on the host
+and write nothing.
+
+Everything the switch does to the host goes through ``Host``, a narrow seam: the unit
+(systemctl), the GPUs' memory (nvidia-smi), files, the readiness gate, the drain, the
+benchmark, the clocks. ``SystemHost`` is the real one, over the collection's own gate
+(_readiness), drain (_drain), benchmark (_bench) and nvidia-smi reader (_gpu); tests
+replace it with an in-memory fake and drive every path in-process.
+
+The decisions are _deploy's as they are (switch_reasons, differing, restore_plan,
+outcome, record, summary_text), and so is the record: the one _deploy.record() makes
+from this object's own fields. Rendering stays in Ansible: the variant's files and the
+baseline's are in the run's staging directories before the switch starts; nothing here
+templates. The rotation hooks stay on the controller, around the module that will run
+this (docs/switch-state-machine.md lists what remains to wire it in).
+
+Standard library and the collection's module_utils only: no Ansible import, so the
+host job can later run it as a plain script.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import os
+import posixpath
+import shutil
+import subprocess
+import time
+
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+from ansible_collections.inferops.sglang.plugins.module_utils import _bench
+from ansible_collections.inferops.sglang.plugins.module_utils import _deploy
+from ansible_collections.inferops.sglang.plugins.module_utils import _drain
+from ansible_collections.inferops.sglang.plugins.module_utils import _gpu
+from ansible_collections.inferops.sglang.plugins.module_utils import _http
+from ansible_collections.inferops.sglang.plugins.module_utils import _mask
+from ansible_collections.inferops.sglang.plugins.module_utils import _readiness
+from ansible_collections.inferops.sglang.plugins.module_utils import _state_files
+
+
+class State(str, enum.Enum):
+    """The switch's steps, in the order a successful switch takes them, then the rollback's,
+    then the outcomes (terminal)."""
+
+    INSPECT = "inspect"                    # the unit, current.json, the marker, the known-good copy
+    DECIDE = "decide"                      # the staged files against the installed ones
+    STEADY = "steady"                      # nothing to switch: gate the running service
+    DRAIN = "drain"                        # wait for the requests in flight (out of rotation already)
+    MEASURE = "measure"                    # the known-good's figures under the performance gate's load
+    PREGATE = "pregate"                    # prove the running service healthy before saving it
+    SAVE = "save"                          # known-good/ (when proven) and attempts/<attempt>/
+    STOP = "stop"
+    RELEASE = "release"                    # wait for the GPUs' memory
+    INSTALL = "install"                    # the staged files into place
+    START = "start"
+    GATE = "gate"                          # the readiness gate on the variant
+    PERF = "perf"                          # the performance gate
+    COMMIT = "commit"                      # current.json, the new service saved as known-good
+    ROLLBACK_STOP = "rollback_stop"        # stop the failed variant
+    ROLLBACK_RELEASE = "rollback_release"  # wait for the GPUs; a timeout is only a warning here
+    RESTORE = "restore"                    # the known-good files back, else the baseline's staged ones
+    RESTORE_START = "restore_start"
+    RESTORE_GATE = "restore_gate"          # the restored service gated as itself
+    RECORD = "record"                      # history.jsonl, the marker cleared, attempts pruned
+    # terminal
+    UNCHANGED = "unchanged"
+    SWITCHED = "switched"
+    ROLLED_BACK = "rolled_back"
+    ROLLBACK_FAILED = "rollback_failed"
+    FAILED_BEFORE_SWITCHING = "failed_before_switching"
+
+
+TERMINAL = frozenset({State.UNCHANGED, State.SWITCHED, State.ROLLED_BACK, State.ROLLBACK_FAILED,
+                      State.FAILED_BEFORE_SWITCHING})
+
+# The one transition table.
+TRANSITIONS: dict[tuple[State, str], State] = {
+    (State.INSPECT, "inspected"): State.DECIDE,
+    (State.DECIDE, "keep"): State.STEADY,
+    (State.DECIDE, "switch"): State.DRAIN,
+    (State.STEADY, "ready"): State.RECORD,
+    (State.STEADY, "not_ready"): State.PREGATE,         # installed as asked but not serving: switch again, no drain
+    (State.DRAIN, "drained"): State.MEASURE,            # a drain that timed out is drained too: the stop goes ahead
+    (State.DRAIN, "skipped"): State.PREGATE,            # nothing serving (inactive, or an interrupted switch)
+    (State.DRAIN, "failed"): State.FAILED_BEFORE_SWITCHING,
+    (State.MEASURE, "measured"): State.PREGATE,         # figures or not: a failed measurement is recorded, never fatal
+    (State.MEASURE, "skipped"): State.PREGATE,
+    (State.PREGATE, "ready"): State.SAVE,
+    (State.PREGATE, "not_ready"): State.SAVE,           # saved nowhere: the restore falls back
+    (State.PREGATE, "skipped"): State.SAVE,
+    (State.SAVE, "saved"): State.STOP,
+    (State.SAVE, "failed"): State.ROLLBACK_STOP,
+    (State.STOP, "stopped"): State.RELEASE,
+    (State.STOP, "skipped"): State.RELEASE,             # the unit is not loaded
+    (State.STOP, "failed"): State.ROLLBACK_STOP,
+    (State.RELEASE, "released"): State.INSTALL,
+    (State.RELEASE, "skipped"): State.INSTALL,
+    (State.RELEASE, "timed_out"): State.ROLLBACK_STOP,
+    (State.RELEASE, "failed"): State.ROLLBACK_STOP,
+    (State.INSTALL, "installed"): State.START,
+    (State.INSTALL, "failed"): State.ROLLBACK_STOP,
+    (State.START, "started"): State.GATE,
+    (State.START, "failed"): State.ROLLBACK_STOP,
+    (State.GATE, "ready"): State.PERF,
+    (State.GATE, "not_ready"): State.ROLLBACK_STOP,
+    (State.GATE, "failed"): State.ROLLBACK_STOP,
+    (State.PERF, "passed"): State.COMMIT,
+    (State.PERF, "reported"): State.COMMIT,             # slower, but the mode is report
+    (State.PERF, "skipped"): State.COMMIT,
+    (State.PERF, "failed"): State.ROLLBACK_STOP,
+    (State.COMMIT, "committed"): State.RECORD,
+    (State.COMMIT, "failed"): State.ROLLBACK_STOP,
+    (State.ROLLBACK_STOP, "stopped"): State.ROLLBACK_RELEASE,
+    (State.ROLLBACK_RELEASE, "released"): State.RESTORE,
+    (State.ROLLBACK_RELEASE, "skipped"): State.RESTORE,
+    (State.ROLLBACK_RELEASE, "timed_out"): State.RESTORE,
+    (State.RESTORE, "restored"): State.RESTORE_START,
+    (State.RESTORE, "failed"): State.RECORD,            # nothing to start: rollback_failed
+    (State.RESTORE_START, "started"): State.RESTORE_GATE,
+    (State.RESTORE_START, "failed"): State.RESTORE_GATE,  # the gate says what runs
+    (State.RESTORE_GATE, "ready"): State.RECORD,
+    (State.RESTORE_GATE, "not_ready"): State.RECORD,
+    (State.RECORD, "unchanged"): State.UNCHANGED,
+    (State.RECORD, "switched"): State.SWITCHED,
+    (State.RECORD, "rolled_back"): State.ROLLED_BACK,
+    (State.RECORD, "rollback_failed"): State.ROLLBACK_FAILED,
+}
+
+# The first state of the switch proper: from here on every transition rewrites the marker.
+MARKED_FROM = State.PREGATE
+# States whose HostError is the switch failing (the YAML block's rescue): the rollback follows.
+RESCUED = frozenset({State.SAVE, State.STOP, State.RELEASE, State.INSTALL, State.START, State.GATE, State.PERF,
+                     State.COMMIT})
+MARKER = "switch.json"
+CURRENT = "current.json"
+HISTORY = "history.jsonl"
+DEFAULT_GATE_TIMEOUT = 900.0
+
+
+class SwitchError(Exception):
+    """Settings the switch cannot run with, or a transition the table lacks (a bug)."""
+
+
+class HostError(Exception):
+    """The host failed one operation (systemctl, nvidia-smi, a file); the message says which."""
+
+
+class Interrupted(Exception):
+    """Raised by a Switch made with ``stop_at`` right after it entered that state (and wrote the
+    marker): the job killed at that point, for the tests and the fault matrix."""
+
+    def __init__(self, state: State) -> None:
+        super().__init__(f"interrupted on entering {state.value}")
+        self.state = state
+
+
+class Host(Protocol):
+    """What the switch does to the host, and nothing else."""
+
+    def unit_state(self, unit: str) -> dict: ...            # {"active": bool, "loaded": bool}
+    def stop(self, unit: str) -> None: ...
+    def start(self, unit: str) -> None: ...                 # daemon-reload, enable, restart
+    def gpu_memory_used(self, gpus: list[int]) -> list[int]: ...  # MiB per GPU; HostError when unreadable
+    def read_bytes(self, path: str) -> bytes | None: ...    # None: no such file
+    def write_atomic(self, path: str, data: bytes, mode: int) -> None: ...
+    def append_line(self, path: str, line: str) -> None: ...
+    def copy(self, src: str, dest: str, mode: int) -> None: ...  # byte for byte, dest replaced in one step
+    def exists(self, path: str) -> bool: ...
+    def listdir(self, path: str) -> list[str]: ...          # [] for a missing directory
+    def remove(self, path: str) -> None: ...                # a file or a tree; missing is fine
+    def makedirs(self, path: str, mode: int) -> None: ...
+    def gate(self, url: str, api_key_file: str | None, timeout: float, settle: float) -> dict: ...
+    def drain(self, url: str, api_key_file: str | None, timeout: float, interval: float) -> dict: ...
+    def bench(self, url: str, api_key_file: str | None, load: dict, baseline: dict | None,
+              thresholds: dict) -> dict: ...
+    def clock(self) -> float: ...                           # monotonic seconds: waits
+    def time(self) -> float: ...                            # epoch seconds: stamps
+    def sleep(self, seconds: float) -> None: ...
+    def progress(self, event: dict) -> None: ...
+
+
+@dataclass
+class Settings:
+    """What a switch runs with: the role's settings as the preflight resolved them.
+
+    ``files``: the installed files, the unit first (name, src, mode; ``template`` false for
+    the ones not staged, current.json), as vars/main.yml _sglang_service_installed_files.
+    ``variant`` and ``baseline``: sglang_variant's results (variant, params, argv,
+    sglang_version, memory_plan). ``staging``: this run's staged files of the variant;
+    ``baseline_staging``: the baseline's, rendered up front for a first deploy's rollback."""
+
+    service: str
+    service_dir: str
+    files: list[dict]
+    staging: str
+    baseline_staging: str
+    variant: dict
+    baseline: dict
+    url: str
+    run_id: str
+    host: str = "localhost"
+    gpus: list[int] = field(default_factory=list)
+    check_gpus: bool = True
+    release_threshold_mib: int = 1024
+    release_timeout: float = 120.0
+    release_interval: float = 2.0
+    gate_settle: float = 5.0
+    pregate_timeout: float = 60.0
+    drain_timeout: float = 60.0
+    drain_interval: float = 1.0
+    perf_gate: str = "off"
+    perf_load: dict = field(default_factory=dict)
+    perf_thresholds: dict = field(default_factory=dict)
+    # the running service's figures under this load, when the caller found them; else the
+    # history in the service directory is searched (the newest of the same command line)
+    perf_known_good: dict | None = None
+    keep_attempts: int = 20
+    # check mode without staged files: the names whose templates would change the installed ones
+    changed_files: list[str] | None = None
+    ddtree_manifest: str | None = None
+    lock: dict | None = None
+    rotation: dict | None = None
+    plan_tolerance: float | None = None
+    controller_user: str | None = None
+
+    def problems(self) -> list[str]:
+        errors = []
+        if not self.files:
+            errors.append("files: the unit's files are needed, the unit first")
+        for item in self.files:
+            missing = [k for k in ("name", "src", "mode") if not item.get(k)]
+            if missing:
+                errors.append(f"files: {item!r} lacks {', '.join(missing)}")
+            elif "/" in item["name"] or item["name"].startswith("."):
+                errors.append(f"files: {item['name']!r} is not a plain name")
+        if not self.run_id or "/" in self.run_id or self.run_id.startswith("."):
+            errors.append(f"run_id must be a plain name, got {self.run_id!r}")
+        for name in ("variant", "baseline"):
+            value = getattr(self, name)
+            if not isinstance(value, dict) or not value.get("variant") or not isinstance(value.get("params"), dict):
+                errors.append(f"{name} needs variant and params, got {value!r}")
+        if self.perf_gate not in _bench.MODES:
+            errors.append(f"perf_gate must be one of {', '.join(_bench.MODES)}, got {self.perf_gate!r}")
+        if self.keep_attempts < 1:
+            errors.append(f"keep_attempts must be at least 1, got {self.keep_attempts}")
+        return errors
+
+
+def _sha1(data: bytes | None) -> str | None:
+    return None if data is None else hashlib.sha1(data).hexdigest()
+
+
+def _mode(value: str | int) -> int:
+    return value if isinstance(value, int) else int(str(value), 8)
+
+
+def _stamp(epoch: float, fmt: str = "%Y-%m-%dT%H:%M:%SZ") -> str:
+    return time.strftime(fmt, time.gmtime(epoch))
+
+
+class Switch:
+    """One switch of one host's service. ``run()`` takes it from inspect to an outcome;
+    ``plan()`` (check mode) inspects and decides only and says what a run would do."""
+
+    def __init__(self, settings: Settings, host: Host, stop_at: State | None = None) -> None:
+        errors = settings.problems()
+        if errors:
+            raise SwitchError("; ".join(errors))
+        if stop_at is not None and (stop_at in TERMINAL or not isinstance(stop_at, State)):
+            raise SwitchError(f"stop_at must be a state the switch passes through, got {stop_at!r}")
+        self.s, self.host, self.stop_at = settings, host, stop_at
+        self.state: State | None = None
+        self.marked = False
+        self.trail: list[tuple[str, str, str]] = []
+        self.before: dict = {}
+        self.reasons: list[str] = []
+        self.steady: dict | None = None
+        self.drain_result: dict | None = None
+        self.drain_error: str | None = None
+        self.perf_known: dict | None = None
+        self.perf_result: dict | None = None
+        self.perf_failure: dict | None = None
+        self.pregate: dict | None = None
+        self.attempt: str | None = None
+        self.started: str | None = None
+        self.gate_result: dict | None = None
+        self.failure: dict | None = None
+        self.failed_task: str | None = None
+        self.committed = False
+        self.release_warning: str | None = None
+        self.rollback_stop_error: str | None = None
+        self.restore: dict | None = None
+        self.restore_error: str | None = None
+        self.restart_error: str | None = None
+        self.rollback_gate: dict | None = None
+        self.ddtree_build: dict = {}
+        self.fields: dict | None = None
+        self.record: dict | None = None
+        self.summary: str | None = None
+        self.outcome: str | None = None
+
+    # -- paths and small facts -------------------------------------------------------------------------------
+
+    def _path(self, *parts: str) -> str:
+        return posixpath.join(self.s.service_dir, *parts)
+
+    def _staged(self) -> list[dict]:
+        """The files this run renders (all but current.json, unless ``template`` says otherwise)."""
+        return [f for f in self.s.files if f.get("template", f["name"] != CURRENT)]
+
+    def _config_file(self) -> str | None:
+        """The installed --config file (holds the API key), when there is one."""
+        found = [f["src"] for f in self.s.files if f["src"].endswith((".yaml", ".yml")) and self.host.exists(f["src"])]
+        return found[0] if found else None
+
+    def _json(self, path: str) -> dict | None:
+        data = self.host.read_bytes(path)
+        try:
+            value = json.loads(data) if data is not None else None
+        except ValueError:
+            return None
+        return value if isinstance(value, dict) else None
+
+    def _serving(self) -> bool:
+        """A service runs that this switch replaces (drained, measured, pre-gated)."""
+        return bool(self.before.get("active")) and not self.before.get("interrupted")
+
+    def _gpu_check(self) -> bool:
+        return bool(self.s.check_gpus and self.s.gpus)
+
+    def _gate_timeout(self, variant: dict) -> float:
+        return float((variant.get("params") or {}).get("gate_timeout") or DEFAULT_GATE_TIMEOUT)
+
+    def _why_report(self) -> str | None:
+        if self.s.perf_gate == "enforce" and self.s.variant["variant"] == self.s.baseline["variant"]:
+            return f"the baseline variant {self.s.baseline['variant']} is the reference"
+        return None
+
+    def perf_mode(self) -> str:
+        return "report" if self._why_report() else self.s.perf_gate
+
+    def _perf_load(self) -> dict:
+        params = self.s.variant["params"]
+        try:
+            return _bench.plan_load(params.get("max_running_requests"), params.get("context_length"), self.s.perf_load)
+        except _bench.BenchError as exc:
+            raise SwitchError(f"perf_load: {exc}") from None
+
+    def _thresholds(self) -> dict:
+        return dict(self.s.perf_thresholds, **(self.s.variant["params"].get("perf_thresholds") or {}))
+
+    def _current(self, variant: dict) -> bytes:
+        """current.json for a variant, as the role renders it."""
+        doc = {k: variant.get(k) for k in ("variant", "params", "argv", "sglang_version")}
+        doc["gpu_devices"] = list(self.s.gpus)
+        return json.dumps(doc, indent=4, sort_keys=True).encode("utf-8")
+
+    def _history(self) -> list[dict]:
+        data = self.host.read_bytes(self._path(HISTORY)) or b""
+        records = []
+        for line in data.decode("utf-8", "replace").splitlines():
+            try:
+                value = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(value, dict):
+                records.append(value)
+        return records
+
+    def _find_known_figures(self) -> None:
+        """The running service's figures under this run's load: the caller's, else the history's."""
+        if self.s.perf_gate == "off" or self.perf_known is not None:
+            return
+        if self.s.perf_known_good is not None:
+            self.perf_known = dict(self.s.perf_known_good)
+        elif self._serving():
+            self.perf_known = _bench.known_good(self._history(), self.before, self._perf_load())
+
+    def _gate(self, url: str, api_key_file: str | None, timeout: float, settle: float) -> dict:
+        """The gate's result; a gate that could not run is not ready, its msg says why."""
+        try:
+            result = dict(self.host.gate(url, api_key_file, timeout, settle))
+        except HostError as exc:
+            return {"ready": False, "failure": None, "cause": None, "msg": f"the gate did not run: {exc}"}
+        result["ready"] = bool(result.get("ready"))
+        return result
+
+    def _wait_release(self) -> tuple[bool, str]:
+        """Poll the GPUs' memory until every GPU holds less than the threshold, or the timeout."""
+        s = self.s
+        deadline = self.host.clock() + s.release_timeout
+        gpus = ",".join(str(g) for g in s.gpus)
+        while True:
+            try:
+                used, error = self.host.gpu_memory_used(list(s.gpus)), None
+            except HostError as exc:
+                used, error = None, str(exc)
+            if used and max(used) < s.release_threshold_mib:
+                return True, f"GPUs {gpus} hold {max(used)} MiB at most"
+            now = self.host.clock()
+            if now >= deadline:
+                held = f"still held {max(used)} MiB" if used else f"could not be read ({error or 'no GPU listed'})"
+                return False, (f"GPUs {gpus} {held} {s.release_timeout:g} s after the service stopped "
+                               f"(threshold {s.release_threshold_mib} MiB)")
+            self.host.sleep(min(s.release_interval, deadline - now))
+
+    def _copy_files(self, names_from: str, files: list[dict]) -> None:
+        for item in files:
+            self.host.copy(posixpath.join(names_from, item["name"]), item["src"], _mode(item["mode"]))
+
+    def _marker(self) -> bytes:
+        doc = {"variant": self.s.variant["variant"], "from": self.before.get("variant"), "run_id": self.s.run_id,
+               "lock": (self.s.lock or {}).get("holder"), "started": self.started, "attempt": self.attempt,
+               "state": self.state.value, "updated": _stamp(self.host.time())}
+        return json.dumps(doc, indent=4).encode("utf-8")
+
+    # -- the one place where transitions are made ------------------------------------------------------------
+
+    def _enter(self, state: State, event: str | None = None) -> None:
+        previous, self.state = self.state, state
+        if previous is not None:
+            self.trail.append((previous.value, event, state.value))
+        if state == MARKED_FROM and not self.marked:
+            self.marked = True
+            now = self.host.time()
+            self.started = _stamp(now)
+            self.attempt = f"{_stamp(now, '%Y%m%dT%H%M%SZ')}-{self.s.variant['variant']}"
+        if self.marked and state not in TERMINAL:
+            # 0600: the marker names the run and its lock holder
+            self.host.write_atomic(self._path(MARKER), self._marker(), 0o600)
+        self.host.progress({"state": state.value, "from": previous.value if previous else None, "event": event,
+                            "time": _stamp(self.host.time())})
+        if state == self.stop_at:
+            raise Interrupted(state)
+
+    def run(self) -> dict:
+        """From inspect to an outcome; returns the result (outcome, record, summary, ...)."""
+        if self.state is not None:
+            raise SwitchError("a Switch runs once")
+        self._enter(State.INSPECT)
+        while self.state not in TERMINAL:
+            state = self.state
+            try:
+                event = getattr(self, f"step_{state.value}")()
+            except HostError as exc:
+                if state not in RESCUED:
+                    raise
+                self.failure = {"ready": False, "msg": str(exc)}
+                self.failed_task = state.value
+                event = "failed"
+            following = TRANSITIONS.get((state, event))
+            if following is None:
+                raise SwitchError(f"no transition from {state.value} on {event!r}")
+            self._enter(following, event)
+        return self.result()
+
+    def result(self) -> dict:
+        outcome = self.state.value
+        if self.state == State.FAILED_BEFORE_SWITCHING:
+            msg = (f"{self.s.host}: {self.drain_error}; nothing was changed, "
+                   f"{self.before.get('variant') or 'the service'} still runs")
+        else:
+            msg = self.summary or ""
+        return {"outcome": outcome, "changed": self.state not in (State.UNCHANGED, State.FAILED_BEFORE_SWITCHING),
+                "failed": self.state not in (State.SWITCHED, State.UNCHANGED), "record": self.record,
+                "summary": self.summary, "msg": msg, "before": self.before, "reasons": self.reasons,
+                "trail": list(self.trail), "attempt": self.attempt}
+
+    # -- check mode ------------------------------------------------------------------------------------------
+
+    def plan(self) -> dict:
+        """Inspect and decide, and say what a run would do; changes nothing on the host."""
+        self.step_inspect()
+        switch = self.step_decide() == "switch"
+        would, state, steady = [], State.INSPECT, False
+        while state not in TERMINAL:
+            steady = steady or state == State.STEADY
+            state = TRANSITIONS[(state, self._predict(state, steady))]
+            would.append(state.value)
+        v, before = self.s.variant, self.before
+        if switch:
+            msg = (f"would switch {self.s.service} from {before.get('variant') or 'an unmanaged or absent service'} "
+                   f"to {v['variant']} ({' '.join(v.get('argv') or [])}): {'; '.join(self.reasons)}")
+        else:
+            msg = f"would keep {self.s.service} on {v['variant']} ({' '.join(v.get('argv') or [])})"
+        return {"changed": switch, "switch": switch, "reasons": self.reasons, "before": before, "would": would,
+                "msg": msg}
+
+    def _predict(self, state: State, steady: bool) -> str:
+        """The event a state would give when every step succeeds (plan())."""
+        perf_on = self.s.perf_gate != "off"
+        return {
+            State.INSPECT: "inspected",
+            State.DECIDE: "switch" if self.reasons else "keep",
+            State.STEADY: "ready",
+            State.DRAIN: "drained" if self._serving() else "skipped",
+            State.MEASURE: "measured" if perf_on and self.perf_known is None else "skipped",
+            State.PREGATE: "ready" if self._serving() else "skipped",
+            State.SAVE: "saved",
+            State.STOP: "stopped" if self.before.get("loaded") else "skipped",
+            State.RELEASE: "released" if self._gpu_check() else "skipped",
+            State.INSTALL: "installed",
+            State.START: "started",
+            State.GATE: "ready",
+            State.PERF: "passed" if perf_on else "skipped",
+            State.COMMIT: "committed",
+            State.RECORD: "unchanged" if steady else "switched",
+        }[state]
+
+    # -- the states: one method each, returning the event ----------------------------------------------------
+
+    def step_inspect(self) -> str:
+        """The service as it is (what sglang_deploy_state step=inspect returns)."""
+        s = self.s
+        unit = self.host.unit_state(s.service)
+        current = self._json(self._path(CURRENT))
+        marker_path = self._path(MARKER)
+        unit_name = s.files[0]["name"]
+        known_good = self.host.exists(self._path("known-good", unit_name))
+        known_record = self._json(self._path("known-good", CURRENT))
+        self.before = {
+            "active": bool(unit.get("active")),
+            "loaded": bool(unit.get("loaded")),
+            "variant": (current or {}).get("variant"),
+            "argv": (current or {}).get("argv"),
+            "url": _deploy.url_of((current or {}).get("argv")),
+            "api_key_file": self._config_file(),
+            "interrupted": self.host.exists(marker_path),
+            "marker": self._json(marker_path),
+            "known_good": known_good,
+            "known_good_variant": (known_record or {}).get("variant") if known_good else None,
+            "known_good_argv": (known_record or {}).get("argv") if known_good else None,
+            "sglang_version": (current or {}).get("sglang_version"),
+            "gpu_devices": (current or {}).get("gpu_devices"),
+        }
+        ddtree = self._json(s.ddtree_manifest) if s.ddtree_manifest else None
+        self.ddtree_build = ddtree or {}
+        return "inspected"
+
+    def step_decide(self) -> str:
+        staged = self._staged()
+        names = [f["name"] for f in staged]
+        if self.s.changed_files is not None:
+            differ = [n for n in names if n in self.s.changed_files]
+        else:
+            differ = _deploy.differing(
+                names, [_sha1(self.host.read_bytes(posixpath.join(self.s.staging, n))) for n in names],
+                [_sha1(self.host.read_bytes(f["src"])) for f in staged])
+        self.reasons = _deploy.switch_reasons(differ, self.before["active"], self.before["interrupted"])
+        if self.reasons:
+            self._find_known_figures()
+            return "switch"
+        return "keep"
+
+    def step_steady(self) -> str:
+        self.steady = self._gate(self.s.url, self._config_file(), self._gate_timeout(self.s.variant), 0)
+        if self.steady["ready"]:
+            return "ready"
+        self._find_known_figures()
+        return "not_ready"
+
+    def step_drain(self) -> str:
+        if not self._serving():
+            return "skipped"
+        try:
+            self.drain_result = self.host.drain(self.before.get("url") or self.s.url, self.before.get("api_key_file"),
+                                                self.s.drain_timeout, self.s.drain_interval)
+        except HostError as exc:
+            self.drain_error = str(exc)
+            return "failed"
+        return "drained"
+
+    def step_measure(self) -> str:
+        if self.s.perf_gate == "off" or self.perf_known is not None:
+            return "skipped"
+        before = self.before
+        try:
+            result = self.host.bench(before.get("url") or self.s.url, before.get("api_key_file"), self._perf_load(),
+                                     None, {})
+        except HostError as exc:
+            result = {"msg": str(exc)}
+        figures = result.get("figures")
+        self.perf_known = {
+            "variant": before.get("variant"), "source": "measured", "time": _stamp(self.host.time()),
+            "figures": figures, "load": result.get("load"), "seconds": result.get("seconds"),
+            "error": None if figures else (result.get("msg") or "not measured"),
+            "argv": before.get("argv"), "sglang_version": before.get("sglang_version"),
+            "gpu_devices": before.get("gpu_devices"),
+        }
+        return "measured"
+
+    def step_pregate(self) -> str:
+        if not self._serving():
+            return "skipped"
+        self.pregate = self._gate(self.before.get("url") or self.s.url, self.before.get("api_key_file"),
+                                  self.s.pregate_timeout, 0)
+        return "ready" if self.pregate["ready"] else "not_ready"
+
+    def step_save(self) -> str:
+        """Only a service proven healthy is saved as known-good; this attempt's files are always kept."""
+        if (self.pregate or {}).get("ready"):
+            self.host.makedirs(self._path("known-good"), 0o700)
+            for item in self.s.files:
+                if not self.host.exists(item["src"]):
+                    continue  # a service the role did not install lacks some
+                if item["name"] == CURRENT and not self.before.get("variant"):
+                    continue
+                self.host.copy(item["src"], self._path("known-good", item["name"]), 0o600)
+        attempt = self._path("attempts", self.attempt)
+        self.host.makedirs(attempt, 0o700)
+        for item in self._staged():
+            self.host.copy(posixpath.join(self.s.staging, item["name"]), posixpath.join(attempt, item["name"]), 0o600)
+        return "saved"
+
+    def step_stop(self) -> str:
+        if not self.before.get("loaded"):
+            return "skipped"
+        self.host.stop(self.s.service)
+        return "stopped"
+
+    def step_release(self) -> str:
+        if not self._gpu_check():
+            return "skipped"
+        released, detail = self._wait_release()
+        if released:
+            return "released"
+        self.failure, self.failed_task = {"ready": False, "msg": detail}, State.RELEASE.value
+        return "timed_out"
+
+    def step_install(self) -> str:
+        self._copy_files(self.s.staging, self._staged())
+        return "installed"
+
+    def step_start(self) -> str:
+        self.host.start(self.s.service)
+        return "started"
+
+    def step_gate(self) -> str:
+        v = self.s.variant
+        self.gate_result = self._gate(self.s.url, self._config_file(), self._gate_timeout(v), self.s.gate_settle)
+        if self.gate_result["ready"]:
+            return "ready"
+        if self.gate_result.get("failure"):
+            self.failure = self.gate_result
+        else:
+            # a gate that could not run has no failure of its own: its msg is the reason
+            self.failure = {"ready": False, "msg": f"{v['variant']} is not ready: {self.gate_result.get('msg')}"}
+        self.failed_task = State.GATE.value
+        return "not_ready"
+
+    def step_perf(self) -> str:
+        if self.s.perf_gate == "off":
+            return "skipped"
+        known = self.perf_known or {}
+        result = self.host.bench(self.s.url, self._config_file(), self._perf_load(), known.get("figures") or None,
+                                 self._thresholds())
+        self.perf_result = result
+        if result.get("passed"):
+            return "passed"
+        if self.perf_mode() != "enforce":
+            return "reported"
+        measured = bool(result.get("figures"))
+        checks = (result.get("comparison") or {}).get("checks") or []
+        why = (result.get("comparison") or {}).get("msg") if measured else result.get("msg")
+        self.perf_failure = {
+            "ready": False, "phase": "performance",
+            "failure": "slower_than_known_good" if measured else "failed_under_load",
+            "cause": ",".join(c["figure"] for c in checks if not c.get("ok")) if measured else "requests_failed",
+            "server": (self.gate_result or {}).get("server"),
+            "msg": (f"{self.s.variant['variant']} serves but failed the performance gate against the known-good "
+                    f"{known.get('variant') or 'service'} on this host: {why}"),
+        }
+        self.failure, self.failed_task = self.perf_failure, State.PERF.value
+        return "failed"
+
+    def step_commit(self) -> str:
+        self.host.write_atomic(self._path(CURRENT), self._current(self.s.variant), 0o600)
+        self.host.makedirs(self._path("known-good"), 0o700)
+        for item in self.s.files:
+            self.host.copy(item["src"], self._path("known-good", item["name"]), 0o600)
+        self.committed = True
+        return "committed"
+
+    def step_rollback_stop(self) -> str:
+        try:
+            self.host.stop(self.s.service)
+        except HostError as exc:
+            self.rollback_stop_error = str(exc)  # the restore goes ahead; its gate says what runs
+        return "stopped"
+
+    def step_rollback_release(self) -> str:
+        if not self._gpu_check():
+            return "skipped"
+        released, _detail = self._wait_release()
+        if released:
+            return "released"
+        self.release_warning = (f"GPUs {','.join(str(g) for g in self.s.gpus)} still held memory "
+                                f"{self.s.release_timeout:g} s after the failed variant stopped")
+        return "timed_out"
+
+    def step_restore(self) -> str:
+        s = self.s
+        known = {f["name"]: self.host.exists(self._path("known-good", f["name"])) for f in s.files}
+        self.restore = _deploy.restore_plan(
+            known, self._json(self._path("known-good", CURRENT)), bool((self.pregate or {}).get("ready")),
+            s.baseline["variant"], [{k: f[k] for k in ("name", "src", "mode")} for f in s.files], s.url,
+            self._gate_timeout(s.baseline))
+        try:
+            if self.restore["source"] == "known_good":
+                self._copy_files(self._path("known-good"), self.restore["files"])
+            else:
+                self._copy_files(s.baseline_staging, self._staged())
+                self.host.write_atomic(self._path(CURRENT), self._current(s.baseline), 0o600)
+        except HostError as exc:
+            self.restore_error = f"the {self.restore['source']} files could not be restored: {exc}"
+            return "failed"
+        return "restored"
+
+    def step_restore_start(self) -> str:
+        try:
+            self.host.start(self.s.service)
+        except HostError as exc:
+            self.restart_error = str(exc)
+            return "failed"
+        return "started"
+
+    def step_restore_gate(self) -> str:
+        plan = self.restore
+        self.rollback_gate = self._gate(plan["url"], plan.get("api_key_file"),
+                                        float(plan.get("gate_timeout") or DEFAULT_GATE_TIMEOUT), self.s.gate_settle)
+        return "ready" if self.rollback_gate["ready"] else "not_ready"
+
+    def step_record(self) -> str:
+        if self.steady is not None and self.steady.get("ready") and not self.marked:
+            outcome = "unchanged"
+        else:
+            outcome = _deploy.outcome(self.committed, bool((self.rollback_gate or {}).get("ready")))
+        self.outcome = outcome
+        self.fields = self._fields(outcome)
+        self.record = _deploy.record(self.fields)
+        self.summary = _deploy.summary_text(self.record, self.s.service_dir)
+        # staging/ holds this run's scratch space and what killed runs left (the run holds the lock)
+        staging = self._path("staging")
+        for name in self.host.listdir(staging):
+            self.host.remove(posixpath.join(staging, name))
+        if outcome == "unchanged":
+            return outcome
+        self.host.append_line(self._path(HISTORY), json.dumps(self.record, sort_keys=False))
+        if outcome != "rollback_failed":
+            # a failed rollback keeps the marker and every file for the operator
+            self.host.remove(self._path(MARKER))
+            attempts = self._path("attempts")
+            for name in _deploy.attempts_to_prune(self.host.listdir(attempts), self.s.keep_attempts):
+                self.host.remove(posixpath.join(attempts, name))
+        return outcome
+
+    # -- the record's fields, from this object ---------------------------------------------------------------
+
+    def _rollback(self) -> dict:
+        gate = self.rollback_gate or {}
+        msg = gate.get("msg") or self.restart_error or self.restore_error or ""
+        return {"variant": self.restore["variant"], "source": self.restore["source"], "ready": bool(gate.get("ready")),
+                "failure": gate.get("failure"), "cause": gate.get("cause"), "elapsed": gate.get("elapsed"),
+                "msg": msg, "release_warning": self.release_warning}
+
+    def _fields(self, outcome: str) -> dict:
+        s, v = self.s, self.s.variant
+        verdict = {"unchanged": self.steady, "switched": self.gate_result}.get(outcome, self.failure)
+        return {
+            "time": _stamp(self.host.time()),
+            "host": s.host,
+            "service": s.service,
+            "run_id": s.run_id,
+            "variant": v["variant"],
+            "from": self.before.get("variant"),
+            "params": v["params"],
+            "argv": v.get("argv"),
+            "sglang_version": v.get("sglang_version"),
+            "ddtree_build": self.ddtree_build,
+            "memory_plan": v.get("memory_plan"),
+            "gpu_devices": list(s.gpus),
+            "repaired_interrupted_run": bool(self.before.get("interrupted")),
+            "lock": s.lock,
+            "outcome": outcome,
+            "verdict": verdict,
+            "plan_tolerance": s.plan_tolerance,
+            "failed_task": self.failed_task,
+            "restore": self.restore,
+            "rollback": self._rollback() if outcome in ("rolled_back", "rollback_failed") else None,
+            "attempt": self.attempt,
+            "drain": self.drain_result if (self.drain_result or {}).get("drained") is not None else None,
+            "rotation": s.rotation or None,
+            "performance": {"mode": self.perf_mode(), "why_report": self._why_report(),
+                            "result": self.perf_result if (self.perf_result or {}).get("msg") is not None else None,
+                            "known_good": self.perf_known},
+            "controller_user": s.controller_user,
+        }
+
+
+# -- the real host --------------------------------------------------------------------------------------------------
+
+def run_command(argv: list[str]) -> tuple[int, str, str]:
+    """argv run without a shell, colours off: (rc, stdout, stderr), as AnsibleModule.run_command returns."""
+    env = dict(os.environ, SYSTEMD_COLORS="0", LC_ALL="C")
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+    except OSError as exc:
+        return 127, "", str(exc)
+    return done.returncode, done.stdout, done.stderr
+
+
+class SystemHost:
+    """The host as it is: systemctl, nvidia-smi (through _gpu), files (through _state_files),
+    the collection's gate, drain and benchmark. ``run_command``: AnsibleModule.run_command
+    in a module, else ``run_command`` above. ``api_key``: the key of this run, sent where no
+    --config file is named (the role's module_defaults). ``gate_options``: the gate's own
+    settings (interval, generations, stall_budgets, request_timeout, max_response_bytes,
+    validate_certs, check_listener, progress_file)."""
+
+    def __init__(self, unit: str, run_command: Callable = run_command, api_key: str | None = None,
+                 gate_options: dict | None = None, progress: Callable[[dict], None] | None = None) -> None:
+        self.unit = unit
+        self.run_command = run_command
+        self.api_key = api_key
+        self.gate_options = dict(gate_options or {})
+        self._progress = progress or (lambda event: None)
+
+    def _systemctl(self, *args: str) -> str:
+        rc, out, err = self.run_command(["systemctl", *args])
+        if rc != 0:
+            raise HostError(f"systemctl {' '.join(args)}: exit {rc}: {' '.join((err or out).split())[:300]}")
+        return out
+
+    def unit_state(self, unit: str) -> dict:
+        rc, out, _err = self.run_command(["systemctl", "show", "-p", "ActiveState,LoadState", "--", unit])
+        props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line) if rc == 0 else {}
+        return {"active": props.get("ActiveState") == "active", "loaded": props.get("LoadState") == "loaded"}
+
+    def stop(self, unit: str) -> None:
+        self._systemctl("stop", "--", unit)
+
+    def start(self, unit: str) -> None:
+        self._systemctl("daemon-reload")
+        self._systemctl("enable", "--", unit)
+        self._systemctl("restart", "--", unit)
+
+    def gpu_memory_used(self, gpus: list[int]) -> list[int]:
+        fields = ("index", "memory.used")
+        rc, out, err = self.run_command(_gpu.query_command(fields=fields, devices=list(gpus)))
+        if rc != 0:
+            raise HostError(_gpu.explain_failure(rc, f"{out}\n{err}"))
+        rows, errors, _other = _gpu.parse_query(out, fields)
+        used = {row["index"]: row["memory_used_mib"] for row in rows}
+        if errors or any(used.get(g) is None for g in gpus):
+            raise HostError(f"nvidia-smi did not report memory.used of GPUs {gpus}: {' '.join(out.split())[:300]}")
+        return [used[g] for g in gpus]
+
+    # files: OSError becomes HostError, the switch's one failure type
+    def read_bytes(self, path: str) -> bytes | None:
+        try:
+            with open(path, "rb") as handle:
+                return handle.read()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise HostError(f"read {path}: {exc}") from None
+
+    def write_atomic(self, path: str, data: bytes, mode: int) -> None:
+        try:
+            _state_files.write_atomic(path, data, mode, sync_dir=True)
+        except OSError as exc:
+            raise HostError(f"write {path}: {exc}") from None
+
+    def append_line(self, path: str, line: str) -> None:
+        try:
+            _state_files.append_line(path, line)
+        except OSError as exc:
+            raise HostError(f"append to {path}: {exc}") from None
+
+    def copy(self, src: str, dest: str, mode: int) -> None:
+        data = self.read_bytes(src)
+        if data is None:
+            raise HostError(f"copy {src} to {dest}: {src} does not exist")
+        self.write_atomic(dest, data, mode)
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
+
+    def listdir(self, path: str) -> list[str]:
+        try:
+            return sorted(os.listdir(path))
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise HostError(f"list {path}: {exc}") from None
+
+    def remove(self, path: str) -> None:
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise HostError(f"remove {path}: {exc}") from None
+
+    def makedirs(self, path: str, mode: int) -> None:
+        try:
+            os.makedirs(path, mode, exist_ok=True)
+            os.chmod(path, mode)
+        except OSError as exc:
+            raise HostError(f"make {path}: {exc}") from None
+
+    # the gate, the drain and the benchmark: the collection's own, as the modules call them
+    def _client(self, url: str, api_key_file: str | None, request_timeout: float):
+        key = self.api_key
+        if api_key_file:
+            try:
+                key = _readiness.api_key_from_config(api_key_file)
+            except (OSError, ValueError) as exc:
+                raise HostError(f"api_key_file {api_key_file}: {exc}") from None
+        options = self.gate_options
+        try:
+            client = _http.Client(url, key, bool(options.get("validate_certs", True)), request_timeout,
+                                  max_body=int(options.get("max_response_bytes") or _http.MAX_BODY))
+        except ValueError as exc:
+            raise HostError(f"cannot reach {url}: {exc}") from None
+        return client, key
+
+    def _masked(self, value, key: str | None):
+        if not key:
+            return value
+        if isinstance(value, str):
+            return _mask.mask(value, (key,))
+        if isinstance(value, dict):
+            return {k: self._masked(v, key) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self._masked(v, key) for v in value]
+        return value
+
+    def gate(self, url: str, api_key_file: str | None, timeout: float, settle: float) -> dict:
+        o = self.gate_options
+        client, key = self._client(url, api_key_file, float(o.get("request_timeout", 30)))
+        watcher = _readiness.UnitWatcher(self.unit, self.run_command)
+        try:
+            gate = _readiness.Gate(client, watcher, timeout=timeout, interval=float(o.get("interval", 1)),
+                                   generations=int(o.get("generations", 1)), settle=settle,
+                                   progress=lambda text: self.progress({"gate": self._masked(text, key)}),
+                                   check_listener=bool(o.get("check_listener", True)), budgets=o.get("stall_budgets"),
+                                   progress_file=o.get("progress_file"))
+        except ValueError as exc:
+            raise HostError(f"gate settings: {exc}") from None
+        return self._masked(gate.run(), key)
+
+    def drain(self, url: str, api_key_file: str | None, timeout: float, interval: float) -> dict:
+        client, key = self._client(url, api_key_file, 5.0)
+        return self._masked(_drain.drain(client, timeout, interval), key)
+
+    def bench(self, url: str, api_key_file: str | None, load: dict, baseline: dict | None, thresholds: dict) -> dict:
+        """What the sglang_bench module returns for the deploy's load."""
+        client, key = self._client(url, api_key_file, float(load["timeout"]))
+        try:
+            result = _bench.benchmark(client, load["requests"], load["concurrency"], load["max_tokens"], load["rounds"],
+                                      load["warmup"], load["timeout"], load["budget"])
+            if not result["ok"]:
+                return self._masked(dict(result, passed=False), key)
+            comparison = _bench.compare(result["figures"], baseline, thresholds)
+        except _bench.BenchError as exc:
+            raise HostError(f"benchmark: {exc}") from None
+        result["msg"] = f"{result['msg']}; {comparison['msg']}"
+        return self._masked(dict(result, passed=comparison["passed"], comparison=comparison), key)
+
+    def clock(self) -> float:
+        return time.monotonic()
+
+    def time(self) -> float:
+        return time.time()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    def progress(self, event: dict) -> None:
+        self._progress(event)
