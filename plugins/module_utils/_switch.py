@@ -257,6 +257,11 @@ class Settings:
                 errors.append(f"{name} needs variant and params, got {value!r}")
         if self.perf_gate not in _bench.MODES:
             errors.append(f"perf_gate must be one of {', '.join(_bench.MODES)}, got {self.perf_gate!r}")
+        if self.perf_gate != "off":
+            # checked before anything changes: a bad load found after the stop would strand the host
+            errors += _bench.check_load(self.perf_load, "perf_load") + _bench.check_thresholds(
+                dict(self.perf_thresholds, **((self.variant or {}).get("params") or {}).get("perf_thresholds") or {}),
+                "perf_thresholds")
         if self.keep_attempts < 1:
             errors.append(f"keep_attempts must be at least 1, got {self.keep_attempts}")
         return errors
@@ -480,7 +485,8 @@ class Switch:
         return {"outcome": outcome, "changed": self.state not in (State.UNCHANGED, State.FAILED_BEFORE_SWITCHING),
                 "failed": self.state not in (State.SWITCHED, State.UNCHANGED), "record": self.record,
                 "summary": self.summary, "msg": msg, "before": self.before, "reasons": self.reasons,
-                "trail": list(self.trail), "attempt": self.attempt}
+                "trail": list(self.trail), "attempt": self.attempt,
+                "warnings": [w for w in (self.release_warning, self.rollback_stop_error) if w]}
 
     # -- check mode ------------------------------------------------------------------------------------------
 
@@ -488,11 +494,15 @@ class Switch:
         """Inspect and decide, and say what a run would do; changes nothing on the host."""
         self.step_inspect()
         switch = self.step_decide() == "switch"
+        # the states a run would act in (one that would skip its step is left out), then the outcome
         would, state, steady = [], State.INSPECT, False
         while state not in TERMINAL:
             steady = steady or state == State.STEADY
-            state = TRANSITIONS[(state, self._predict(state, steady))]
-            would.append(state.value)
+            event = self._predict(state, steady)
+            if event != "skipped" and state != State.INSPECT:
+                would.append(state.value)
+            state = TRANSITIONS[(state, event)]
+        would.append(state.value)
         v, before = self.s.variant, self.before
         if switch:
             msg = (f"would switch {self.s.service} from {before.get('variant') or 'an unmanaged or absent service'} "

@@ -1,0 +1,869 @@
+"""_switch: the switch's state machine driven in-process through a fake host, every path."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from ansible_collections.inferops.sglang.plugins.module_utils import _bench
+from ansible_collections.inferops.sglang.plugins.module_utils import _deploy
+from ansible_collections.inferops.sglang.plugins.module_utils import _switch
+from ansible_collections.inferops.sglang.plugins.module_utils._switch import HostError, State
+
+SERVICE = "sglang-qwen.service"
+SDIR = "/var/lib/inferops-sglang/sglang-qwen"
+UNIT = f"/etc/systemd/system/{SERVICE}"
+CONFIG = "/etc/sglang/sglang-qwen.yaml"
+LOGGING = "/etc/sglang/sglang-qwen.logging.json"
+CURRENT = f"{SDIR}/current.json"
+MARKER = f"{SDIR}/switch.json"
+HISTORY = f"{SDIR}/history.jsonl"
+KG = f"{SDIR}/known-good"
+FILES = [
+    {"name": SERVICE, "src": UNIT, "mode": "0644", "template": "sglang.service.j2"},
+    {"name": "sglang-qwen.yaml", "src": CONFIG, "mode": "0600", "template": "sglang.config.yaml.j2"},
+    {"name": "sglang-qwen.logging.json", "src": LOGGING, "mode": "0644", "template": "sglang.logging.json.j2"},
+    {"name": "current.json", "src": CURRENT, "mode": "0600", "template": None},
+]
+STAGED = FILES[:3]
+BUSY_MIB, FREE_MIB = 40000, 300
+WALL0 = 1750000000.0  # 2025-06-15T15:06:40Z
+
+
+def variant(name: str, port: int = 30000, gate_timeout: float = 600, **params) -> dict:
+    argv = ["--model-path", "/srv/models/Qwen3.6-27B", "--host", "127.0.0.1", "--port", str(port), "--tp-size", "2"]
+    return {"variant": name, "argv": argv, "sglang_version": "0.5.11",
+            "params": {"gate_timeout": gate_timeout, "max_running_requests": 8, "context_length": 4096, **params}}
+
+
+NEXTN = variant("nextn")
+DDTREE = variant("ddtree", port=30001, gate_timeout=1200)
+PLAIN = variant("plain", gate_timeout=300)
+URL = "http://127.0.0.1:30000"
+DDTREE_URL = "http://127.0.0.1:30001"
+FAST = {"output_tokens_per_s": 100.0, "ttft_p50": 0.2, "ttft_p95": 0.4, "tpot_p50": 0.02, "itl_p50": 0.02,
+        "accept_length": None}
+SLOW = dict(FAST, output_tokens_per_s=50.0)
+
+
+def rendered(v: dict) -> dict[str, bytes]:
+    """The files the role renders for a variant (the fake reads the variant back from the unit)."""
+    return {SERVICE: f"[Service]\n# variant={v['variant']}\nExecStart=/opt/sglang/bin/python -m sglang.launch_server "
+                     f"{' '.join(v['argv'])}\n".encode(),
+            "sglang-qwen.yaml": f'api-key: "secret"\nport: {v["argv"][5]}\n'.encode(),
+            "sglang-qwen.logging.json": json.dumps({"version": 1, "variant": v["variant"]}).encode()}
+
+
+def current_json(v: dict) -> bytes:
+    doc = {k: v[k] for k in ("variant", "params", "argv", "sglang_version")}
+    doc["gpu_devices"] = [0, 1]
+    return json.dumps(doc, indent=4, sort_keys=True).encode()
+
+
+class FakeHost:
+    """The host in memory: files with modes, one unit, GPUs whose memory empties some polls after
+    a stop, a gate that passes the variants in ``healthy`` on their own URL, a scripted drain and
+    benchmark, clocks that move only when slept on or gated. Every call is logged."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, tuple[bytes, int]] = {}
+        self.dirs: set[str] = {"/"}
+        for d in ("/etc/systemd/system", "/etc/sglang", SDIR, f"{SDIR}/staging", KG, f"{SDIR}/attempts"):
+            self.makedirs(d, 0o700, log=False)
+        self.unit = {"active": False, "loaded": False}
+        self.serving: str | None = None      # the variant of the unit file the last start found
+        self.healthy: set[str] = {"nextn", "ddtree", "plain"}
+        self.urls = {v["variant"]: _deploy.url_of(v["argv"]) for v in (NEXTN, DDTREE, PLAIN)}
+        self.gate_script: dict[int, bool] = {}  # gate call number (from 1) -> forced readiness
+        self.gate_hook = None                 # called with the host before each gate
+        self.figures: dict[str, dict | None] = {"nextn": FAST, "ddtree": FAST, "plain": FAST}
+        self.drain_error: str | None = None
+        self.fail: dict[tuple[str, int], str] = {}   # (operation, its call number) -> HostError text
+        self.release_after: list[int | None] = []    # per stop: busy polls before the memory is free; None: never
+        self.gpu_busy: int | None = 0                # polls left busy; None: held until the next stop
+        self.gpu_error: str | None = None
+        self.mono, self.wall = 1000.0, WALL0
+        self.calls: list[tuple] = []
+        self.events: list[dict] = []
+        self.counts: dict[str, int] = {}
+
+    # -- bookkeeping --
+    def _call(self, *call) -> None:
+        self.calls.append(call)
+        self.counts[call[0]] = self.counts.get(call[0], 0) + 1
+        text = self.fail.get((call[0], self.counts[call[0]]))
+        if text:
+            raise HostError(text)
+
+    def kinds(self, *names: str) -> list[str]:
+        return [c[0] for c in self.calls if c[0] in names]
+
+    def _parent(self, path: str) -> None:
+        parent = path.rsplit("/", 1)[0] or "/"
+        if parent not in self.dirs:
+            raise HostError(f"{parent}: no such directory")
+
+    def put(self, path: str, data: bytes, mode: int = 0o600) -> None:
+        self._parent(path)
+        self.files[path] = (data, mode)
+
+    def data(self, path: str) -> bytes | None:
+        return self.files.get(path, (None, None))[0]
+
+    def mode(self, path: str) -> int | None:
+        return self.files.get(path, (None, None))[1]
+
+    def under(self, directory: str) -> list[str]:
+        return sorted(p for p in self.files if p.startswith(directory + "/"))
+
+    # -- Host --
+    def unit_state(self, unit: str) -> dict:
+        self.calls.append(("unit_state", unit))
+        return dict(self.unit)
+
+    def stop(self, unit: str) -> None:
+        self._call("stop", unit)
+        if self.unit["active"]:
+            self.gpu_busy = self.release_after.pop(0) if self.release_after else 1
+        self.unit["active"] = False
+        self.serving = None
+
+    def start(self, unit: str) -> None:
+        self._call("start", unit)
+        unit_file = self.data(UNIT)
+        if unit_file is None:
+            raise HostError(f"Unit {unit} not found.")
+        self.unit.update(active=True, loaded=True)
+        found = re.search(rb"# variant=(\S+)", unit_file)
+        self.serving = found.group(1).decode() if found else "unmanaged"
+        self.gpu_busy = None
+
+    def gpu_memory_used(self, gpus: list[int]) -> list[int]:
+        self._call("gpu", tuple(gpus))
+        if self.gpu_error:
+            raise HostError(self.gpu_error)
+        busy = self.gpu_busy is None or self.gpu_busy > 0
+        if self.gpu_busy:
+            self.gpu_busy -= 1
+        return [BUSY_MIB if busy else FREE_MIB for _ in gpus]
+
+    def read_bytes(self, path: str) -> bytes | None:
+        return self.data(path)
+
+    def write_atomic(self, path: str, data: bytes, mode: int) -> None:
+        self._call("write", path)
+        self.put(path, bytes(data), mode)
+
+    def append_line(self, path: str, line: str) -> None:
+        self._call("append", path)
+        self.put(path, (self.data(path) or b"") + line.encode() + b"\n", 0o600)
+
+    def copy(self, src: str, dest: str, mode: int) -> None:
+        self._call("copy", src, dest, mode)
+        if src not in self.files:
+            raise HostError(f"copy {src} to {dest}: {src} does not exist")
+        self.put(dest, self.files[src][0], mode)
+
+    def exists(self, path: str) -> bool:
+        return path in self.files or path in self.dirs
+
+    def listdir(self, path: str) -> list[str]:
+        names = {p[len(path) + 1:].split("/")[0] for p in (*self.files, *self.dirs) if p.startswith(path + "/")}
+        return sorted(names)
+
+    def remove(self, path: str) -> None:
+        self._call("remove", path)
+        for p in [p for p in self.files if p == path or p.startswith(path + "/")]:
+            del self.files[p]
+        self.dirs = {d for d in self.dirs if not (d == path or d.startswith(path + "/"))}
+
+    def makedirs(self, path: str, mode: int, log: bool = True) -> None:
+        if log:
+            self._call("makedirs", path)
+        parts = path.strip("/").split("/")
+        for i in range(1, len(parts) + 1):
+            self.dirs.add("/" + "/".join(parts[:i]))
+
+    def gate(self, url: str, api_key_file: str | None, timeout: float, settle: float) -> dict:
+        self._call("gate", url, api_key_file, timeout, settle)
+        if self.gate_hook:
+            self.gate_hook(self)
+        self.sleep(12)
+        forced = self.gate_script.get(self.counts["gate"])
+        who = self.serving
+        if forced is None:
+            ready = bool(self.unit["active"] and who in self.healthy and url == self.urls.get(who))
+        else:
+            ready = forced
+        if ready:
+            return {"ready": True, "phase": "settled", "failure": None, "cause": None, "elapsed": 12.0,
+                    "server": {"version": "0.5.11"}, "msg": f"{who} is ready on {url}"}
+        return {"ready": False, "phase": "generation", "failure": "unit_failed", "cause": "cuda_oom", "elapsed": 12.0,
+                "server": None, "msg": f"{who or 'nothing'} does not serve on {url}: CUDA out of memory"}
+
+    def drain(self, url: str, api_key_file: str | None, timeout: float, interval: float) -> dict:
+        self._call("drain", url, api_key_file, timeout, interval)
+        if self.drain_error:
+            raise HostError(self.drain_error)
+        return {"drained": True, "timed_out": False, "seconds": 0.5, "timeout": timeout, "polls": 2,
+                "in_flight_at_start": 2, "in_flight_at_stop": 0, "running_at_stop": 0, "waiting_at_stop": 0,
+                "endpoint": "/v1/loads", "error": None, "msg": "drained in 0.5 s (2 request(s) in flight at the start)"}
+
+    def bench(self, url: str, api_key_file: str | None, load: dict, baseline: dict | None, thresholds: dict) -> dict:
+        self._call("bench", url, baseline)
+        figures = self.figures.get(self.serving) if url == self.urls.get(self.serving) else None
+        if not figures:
+            return {"ok": False, "passed": False, "figures": None, "seconds": 3.0,
+                    "msg": "round 1 failed: 16 of 16 requests (connection reset)"}
+        comparison = _bench.compare(figures, baseline, thresholds)
+        return {"ok": True, "passed": comparison["passed"], "figures": figures, "seconds": 20.0,
+                "load": dict(load, rounds_measured=3), "comparison": comparison,
+                "msg": f"{figures['output_tokens_per_s']} output tokens/s; {comparison['msg']}"}
+
+    def clock(self) -> float:
+        return self.mono
+
+    def time(self) -> float:
+        return self.wall
+
+    def sleep(self, seconds: float) -> None:
+        assert seconds > 0
+        self.mono += seconds
+        self.wall += seconds
+
+    def progress(self, event: dict) -> None:
+        self.events.append(event)
+
+
+MUTATING = ("stop", "start", "write", "append", "copy", "remove", "makedirs")
+
+
+def install(host: FakeHost, v: dict, active: bool = True) -> None:
+    """A service the role installed and started earlier."""
+    for item, data in zip(STAGED, rendered(v).values()):
+        host.put(item["src"], data, int(item["mode"], 8))
+    host.put(CURRENT, current_json(v))
+    host.unit.update(active=active, loaded=True)
+    host.serving = v["variant"] if active else None
+    host.gpu_busy = None if active else 0
+
+
+def save_known_good(host: FakeHost, v: dict) -> None:
+    for name, data in rendered(v).items():
+        host.put(f"{KG}/{name}", data)
+    host.put(f"{KG}/current.json", current_json(v))
+
+
+def stage(host: FakeHost, v: dict, directory: str) -> None:
+    host.makedirs(directory, 0o700, log=False)
+    for name, data in rendered(v).items():
+        host.put(f"{directory}/{name}", data)
+
+
+def settings(run_id: str = "run1", v: dict = NEXTN, **kw) -> _switch.Settings:
+    base = dict(service=SERVICE, service_dir=SDIR, files=FILES, staging=f"{SDIR}/staging/{run_id}",
+                baseline_staging=f"{SDIR}/staging/{run_id}/baseline", variant=v, baseline=PLAIN,
+                url=_deploy.url_of(v["argv"]), run_id=run_id, host="gpu1", gpus=[0, 1], release_timeout=10,
+                gate_settle=5, lock={"run_id": run_id, "holder": "ops@ctl", "taken_over": False},
+                controller_user="ops")
+    base.update(kw)
+    return _switch.Settings(**base)
+
+
+def prepare(host: FakeHost, run_id: str = "run1", v: dict = NEXTN) -> None:
+    """What Ansible does before the module: the variant and the baseline rendered into staging."""
+    stage(host, v, f"{SDIR}/staging/{run_id}")
+    stage(host, PLAIN, f"{SDIR}/staging/{run_id}/baseline")
+
+
+def run(host: FakeHost, run_id: str = "run1", v: dict = NEXTN, stop_at: State | None = None, **kw) -> dict:
+    prepare(host, run_id, v)
+    return _switch.Switch(settings(run_id, v, **kw), host, stop_at=stop_at).run()
+
+
+def history(host: FakeHost) -> list[dict]:
+    return [json.loads(line) for line in (host.data(HISTORY) or b"").decode().splitlines()]
+
+
+def serving_truth(host: FakeHost, rec: dict) -> None:
+    """The record tells what runs: the unit serves that variant, healthy, and current.json says so."""
+    assert rec["running"] is not None
+    assert host.unit["active"] and host.serving == rec["running"] and host.serving in host.healthy
+    assert json.loads(host.data(CURRENT))["variant"] == rec["running"]
+    assert host.data(UNIT) == rendered({"nextn": NEXTN, "ddtree": DDTREE, "plain": PLAIN}[rec["running"]])[SERVICE]
+
+
+@pytest.fixture
+def ddtree_host() -> FakeHost:
+    """ddtree serving on its own port, installed by an earlier deploy (no known-good copy yet)."""
+    host = FakeHost()
+    install(host, DDTREE)
+    return host
+
+
+# -- the table ------------------------------------------------------------------------------------------------------
+
+def test_the_table_is_complete_and_every_state_is_reachable():
+    sources = {s for s, _e in _switch.TRANSITIONS}
+    assert sources == set(State) - _switch.TERMINAL
+    for state in sources:
+        assert callable(getattr(_switch.Switch, f"step_{state.value}"))
+    reached, frontier = {State.INSPECT}, [State.INSPECT]
+    while frontier:
+        state = frontier.pop()
+        for (source, _event), target in _switch.TRANSITIONS.items():
+            if source == state and target not in reached:
+                reached.add(target)
+                frontier.append(target)
+    assert reached == set(State)
+    # a host failure in the switch proper always leads to the rollback
+    for state in _switch.RESCUED:
+        assert _switch.TRANSITIONS[(state, "failed")] == State.ROLLBACK_STOP
+
+
+def test_refuses_bad_settings_and_stop_at_a_terminal_state():
+    with pytest.raises(_switch.SwitchError, match="run_id must be a plain name"):
+        _switch.Switch(settings(run_id="../x"), FakeHost())
+    with pytest.raises(_switch.SwitchError, match="perf_gate must be one of"):
+        _switch.Switch(settings(perf_gate="strict"), FakeHost())
+    with pytest.raises(_switch.SwitchError, match="perf_load: unknown setting rps"):
+        _switch.Switch(settings(perf_gate="report", perf_load={"rps": 3}), FakeHost())
+    with pytest.raises(_switch.SwitchError, match="perf_thresholds: unknown figure speed"):
+        _switch.Switch(settings(perf_gate="enforce", v=variant("x", perf_thresholds={"speed": 1})), FakeHost())
+    with pytest.raises(_switch.SwitchError, match="stop_at"):
+        _switch.Switch(settings(), FakeHost(), stop_at=State.SWITCHED)
+
+
+# -- unchanged ------------------------------------------------------------------------------------------------------
+
+def test_same_files_serving_is_unchanged_and_only_gated():
+    host = FakeHost()
+    install(host, NEXTN)
+    result = run(host)
+    assert result["outcome"] == "unchanged" and not result["changed"] and not result["failed"]
+    assert [c for c in host.calls if c[0] == "gate"] == [("gate", URL, CONFIG, 600.0, 0)]
+    # only this run's scratch space goes; no history, no marker, nothing stopped
+    assert {c[0] for c in host.calls if c[0] in MUTATING} == {"remove"}
+    assert [c[1] for c in host.calls if c[0] == "remove"] == [f"{SDIR}/staging/run1"]
+    assert host.data(HISTORY) is None and host.data(MARKER) is None
+    rec = result["record"]
+    assert rec["outcome"] == "unchanged" and rec["running"] == "nextn" and rec["attempt"] is None
+    assert result["summary"].startswith("gpu1: nextn already serving, unchanged.")
+    assert [t[2] for t in result["trail"]] == ["decide", "steady", "record", "unchanged"]
+
+
+def test_same_files_but_not_serving_switches_again_without_a_drain():
+    host = FakeHost()
+    install(host, NEXTN)
+    host.gate_script = {1: False}  # the steady gate fails once; the pre-gate and the variant's pass
+    result = run(host)
+    assert result["outcome"] == "switched"
+    assert ("steady", "not_ready", "pregate") in result["trail"]
+    assert host.kinds("drain", "gate", "stop", "start") == ["gate", "gate", "stop", "start", "gate"]
+    serving_truth(host, result["record"])
+
+
+# -- switched -------------------------------------------------------------------------------------------------------
+
+def test_switch_from_a_serving_service(ddtree_host):
+    host = ddtree_host
+    result = run(host)
+    rec = result["record"]
+    assert result["outcome"] == "switched" and result["changed"] and not result["failed"]
+    assert host.kinds("drain", "gate", "stop", "start", "bench") == ["drain", "gate", "stop", "start", "gate"]
+    gates = [c for c in host.calls if c[0] == "gate"]
+    assert gates[0] == ("gate", DDTREE_URL, CONFIG, 60.0, 0)      # the running service on its own URL
+    assert gates[1] == ("gate", URL, CONFIG, 600.0, 5)            # the variant with its own timeout and the settle
+    assert [c for c in host.calls if c[0] == "drain"] == [("drain", DDTREE_URL, CONFIG, 60.0, 1.0)]
+    # the running service saved as known-good before the stop, byte for byte
+    stop = host.calls.index(("stop", SERVICE))
+    assert host.calls.index(("copy", UNIT, f"{KG}/{SERVICE}", 0o600)) < stop
+    assert host.calls.index(("copy", CURRENT, f"{KG}/current.json", 0o600)) < stop
+    # GPUs polled until empty (one busy poll, one free), before the install
+    first_install = next(i for i, c in enumerate(host.calls) if c[0] == "copy" and c[2] == UNIT)
+    assert host.kinds("gpu") == ["gpu", "gpu"] and stop < first_install
+    # installed with the installed modes, recorded, saved as the new known-good
+    for item, data in zip(STAGED, rendered(NEXTN).values()):
+        assert host.files[item["src"]] == (data, int(item["mode"], 8))
+        assert host.files[f"{KG}/{item['name']}"] == (data, 0o600)
+    assert json.loads(host.data(CURRENT))["variant"] == "nextn" and host.mode(CURRENT) == 0o600
+    assert host.data(f"{KG}/current.json") == host.data(CURRENT)
+    # the attempt's files kept, staging emptied, marker gone, one history line: the record
+    assert re.fullmatch(r"\d{8}T\d{6}Z-nextn", rec["attempt"]) and rec["attempt"] == result["attempt"]
+    assert host.under(f"{SDIR}/attempts") == sorted(f"{SDIR}/attempts/{rec['attempt']}/{f['name']}" for f in STAGED)
+    assert host.under(f"{SDIR}/staging") == [] and host.data(MARKER) is None
+    assert history(host) == [rec]
+    serving_truth(host, rec)
+
+
+def test_the_record_is_deploys_record_of_the_switchs_own_fields(ddtree_host):
+    switch = _switch.Switch(settings(ddtree_manifest="/etc/inferops/ddtree.json"), ddtree_host)
+    ddtree_host.makedirs("/etc/inferops", 0o755, log=False)
+    ddtree_host.put("/etc/inferops/ddtree.json", b'{"state": "applied", "build_id": "b7", "junk": 1}')
+    prepare(ddtree_host)
+    result = switch.run()
+    rec = result["record"]
+    assert rec == _deploy.record(switch.fields)
+    assert list(rec) == list(_deploy.RECORD_KEYS)
+    assert rec["time"] == "2025-06-15T15:07:06Z"          # the host's clock: two gates of 12 s and a poll of 2 s
+    assert rec["host"] == "gpu1" and rec["service"] == SERVICE and rec["run_id"] == "run1"
+    assert (rec["variant"], rec["from"], rec["running"]) == ("nextn", "ddtree", "nextn")
+    assert rec["argv"] == NEXTN["argv"] and rec["gpu_devices"] == [0, 1] and rec["params"] == NEXTN["params"]
+    assert rec["ddtree_build"] == {"state": "applied", "build_id": "b7"}
+    assert rec["lock"]["holder"] == "ops@ctl" and rec["controller_user"] == "ops"
+    assert rec["verdict"]["ready"] and rec["verdict"]["msg"] == f"nextn is ready on {URL}"
+    assert rec["drain"]["drained"] and rec["drain"]["in_flight_at_start"] == 2
+    assert rec["restore"] is None and rec["rollback"] is None and rec["performance"] is None
+    assert not rec["repaired_interrupted_run"]
+    assert result["summary"] == _deploy.summary_text(rec, SDIR)
+
+
+def test_progress_reports_every_transition(ddtree_host):
+    result = run(ddtree_host)
+    states = [e["state"] for e in ddtree_host.events]
+    assert states == ["inspect"] + [t[2] for t in result["trail"]]
+    assert [(e["from"], e["event"]) for e in ddtree_host.events[1:]] == [(t[0], t[1]) for t in result["trail"]]
+
+
+def test_the_marker_follows_the_state_from_the_pre_gate_on(ddtree_host):
+    seen = []
+    ddtree_host.gate_hook = lambda host: seen.append(json.loads(host.data(MARKER)))
+    result = run(ddtree_host)
+    assert [m["state"] for m in seen] == ["pregate", "gate"]
+    assert seen[1]["variant"] == "nextn" and seen[1]["from"] == "ddtree" and seen[1]["run_id"] == "run1"
+    assert seen[1]["attempt"] == result["attempt"] and seen[1]["lock"] == "ops@ctl"
+    assert ddtree_host.mode(MARKER) is None  # cleared by the record
+
+
+def test_old_attempts_are_pruned_after_a_switch(ddtree_host):
+    for name in ("20240101T000000Z-a", "20240102T000000Z-b", "20240103T000000Z-c", "manual-copy"):
+        ddtree_host.makedirs(f"{SDIR}/attempts/{name}", 0o700, log=False)
+        ddtree_host.put(f"{SDIR}/attempts/{name}/x", b"x")
+    result = run(ddtree_host, keep_attempts=2)
+    assert ddtree_host.listdir(f"{SDIR}/attempts") == ["20240103T000000Z-c", result["attempt"], "manual-copy"]
+
+
+# -- rolled back ----------------------------------------------------------------------------------------------------
+
+def test_gate_fails_rolls_back_to_the_known_good_service_as_itself(ddtree_host):
+    host = ddtree_host
+    before = dict(host.files)
+    host.healthy = {"ddtree"}
+    result = run(host)
+    rec = result["record"]
+    assert result["outcome"] == "rolled_back" and result["failed"] and result["changed"]
+    assert host.kinds("drain", "gate", "stop", "start") == \
+        ["drain", "gate", "stop", "start", "gate", "stop", "start", "gate"]
+    # the restored service gated on its own URL, with its own key file and gate timeout
+    assert [c for c in host.calls if c[0] == "gate"][-1] == ("gate", DDTREE_URL, CONFIG, 1200.0, 5)
+    assert rec["verdict"]["failure"] == "unit_failed" and rec["verdict"]["cause"] == "cuda_oom"
+    assert rec["restore"]["source"] == "known_good" and rec["restore"]["saved_this_run"]
+    assert rec["rollback"] == {"variant": "ddtree", "source": "known_good", "ready": True, "failure": None,
+                               "cause": None, "elapsed": 12.0, "msg": f"ddtree is ready on {DDTREE_URL}",
+                               "release_warning": None}
+    # every file back as it was, with its installed mode
+    for path in (UNIT, CONFIG, LOGGING, CURRENT):
+        assert host.files[path] == before[path]
+    assert host.data(MARKER) is None and history(host) == [rec]
+    assert host.under(f"{SDIR}/attempts/{rec['attempt']}") and rec["running"] == "ddtree"
+    assert "FAILED and was rolled back" in result["summary"] and "Now running: ddtree, healthy" in result["summary"]
+    serving_truth(host, rec)
+
+
+def test_first_deploy_gate_fails_restores_the_baseline():
+    host = FakeHost()
+    host.healthy = {"plain"}
+    result = run(host)
+    rec = result["record"]
+    assert result["outcome"] == "rolled_back"
+    # nothing ran: no drain, no pre-gate, no stop of the variant path (the unit was not loaded)
+    assert host.kinds("drain", "gate", "stop", "start") == ["start", "gate", "stop", "start", "gate"]
+    assert [c for c in host.calls if c[0] == "gate"][-1] == ("gate", URL, None, 300.0, 5)
+    assert rec["restore"]["source"] == "baseline" and rec["rollback"]["variant"] == "plain"
+    assert rec["from"] is None and host.under(KG) == []
+    for item, data in zip(STAGED, rendered(PLAIN).values()):
+        assert host.files[item["src"]] == (data, int(item["mode"], 8))
+    assert host.data(CURRENT) == current_json(PLAIN)
+    serving_truth(host, rec)
+
+
+def test_restored_service_fails_too_rollback_failed_keeps_marker_and_every_file(ddtree_host):
+    host = ddtree_host
+    for name in ("20240101T000000Z-a", "20240102T000000Z-b"):
+        host.makedirs(f"{SDIR}/attempts/{name}", 0o700, log=False)
+        host.put(f"{SDIR}/attempts/{name}/x", b"x")
+    host.healthy = {"ddtree"}
+    host.gate_script = {3: False}  # the restored ddtree does not come back
+    result = run(host, keep_attempts=1)
+    rec = result["record"]
+    assert result["outcome"] == "rollback_failed" and result["failed"]
+    assert rec["running"] is None and rec["rollback"]["ready"] is False
+    assert rec["rollback"]["msg"] == f"ddtree does not serve on {DDTREE_URL}: CUDA out of memory"
+    assert json.loads(host.data(MARKER))["state"] == "record"
+    assert host.listdir(f"{SDIR}/attempts") == ["20240101T000000Z-a", "20240102T000000Z-b", rec["attempt"]]
+    assert host.data(f"{KG}/{SERVICE}") == rendered(DDTREE)[SERVICE]
+    assert history(host) == [rec] and "ROLLBACK FAILED" in result["summary"]
+    # with the fault gone, the next deploy repairs it and then prunes
+    host.gate_script = {}
+    again = run(host, "run2", DDTREE, keep_attempts=1)
+    assert again["outcome"] == "switched" and again["record"]["repaired_interrupted_run"]
+    assert host.data(MARKER) is None and host.listdir(f"{SDIR}/attempts") == [again["attempt"]]
+    serving_truth(host, again["record"])
+
+
+def test_restore_start_fails_is_rollback_failed(ddtree_host):
+    ddtree_host.healthy = {"ddtree"}
+    ddtree_host.fail = {("start", 2): "Job for sglang-qwen.service failed."}
+    result = run(ddtree_host)
+    assert result["outcome"] == "rollback_failed"
+    assert ("restore_start", "failed", "restore_gate") in result["trail"]
+    assert result["record"]["rollback"]["ready"] is False
+
+
+def test_baseline_files_missing_is_rollback_failed_without_a_start():
+    host = FakeHost()
+    host.healthy = {"plain"}
+    stage(host, NEXTN, f"{SDIR}/staging/run1")  # the baseline was not rendered
+    result = _switch.Switch(settings(), host).run()
+    assert result["outcome"] == "rollback_failed"
+    assert ("restore", "failed", "record") in result["trail"] and host.kinds("start") == ["start"]
+    assert "the baseline files could not be restored" in result["record"]["rollback"]["msg"]
+    assert host.data(MARKER) is not None
+
+
+def test_a_host_failure_in_the_switch_rolls_back_naming_the_state(ddtree_host):
+    ddtree_host.fail = {("stop", 1): "systemctl stop: exit 1: Access denied"}
+    result = run(ddtree_host)
+    rec = result["record"]
+    assert result["outcome"] == "rolled_back"
+    assert rec["verdict"]["failure"] == "task_failed"
+    assert rec["verdict"]["msg"] == 'task "stop" failed: systemctl stop: exit 1: Access denied'
+    serving_truth(ddtree_host, rec)
+
+
+# -- the performance gate -------------------------------------------------------------------------------------------
+
+def test_perf_enforce_slower_variant_is_rolled_back(ddtree_host):
+    host = ddtree_host
+    host.figures["nextn"] = SLOW
+    result = run(host, perf_gate="enforce")
+    rec = result["record"]
+    assert result["outcome"] == "rolled_back"
+    assert host.kinds("drain", "bench", "gate", "stop", "start") == \
+        ["drain", "bench", "gate", "stop", "start", "gate", "bench", "stop", "start", "gate"]
+    benches = [c for c in host.calls if c[0] == "bench"]
+    assert benches == [("bench", DDTREE_URL, None), ("bench", URL, FAST)]  # the known-good measured first
+    assert rec["verdict"]["failure"] == "slower_than_known_good" and rec["verdict"]["cause"] == "output_tokens_per_s"
+    assert rec["verdict"]["msg"].startswith("nextn serves but failed the performance gate against the known-good ddtree")
+    perf = rec["performance"]
+    assert perf["enforced"] and perf["measured_ok"] and not perf["passed"]
+    assert perf["known_good"]["source"] == "measured" and perf["known_good"]["variant"] == "ddtree"
+    assert perf["known_good"]["figures"] == FAST and perf["known_good"]["argv"] == DDTREE["argv"]
+    serving_truth(host, rec)
+
+
+def test_perf_enforce_variant_failing_under_load_is_rolled_back(ddtree_host):
+    ddtree_host.figures["nextn"] = None
+    rec = run(ddtree_host, perf_gate="enforce")["record"]
+    assert rec["outcome"] == "rolled_back"
+    assert (rec["verdict"]["failure"], rec["verdict"]["cause"]) == ("failed_under_load", "requests_failed")
+
+
+def test_perf_report_mode_switches_and_records_the_regression(ddtree_host):
+    ddtree_host.figures["nextn"] = SLOW
+    result = run(ddtree_host, perf_gate="report")
+    rec = result["record"]
+    assert result["outcome"] == "switched"
+    assert rec["performance"]["mode"] == "report" and not rec["performance"]["enforced"]
+    assert not rec["performance"]["passed"] and "slower than the known-good service" in rec["performance"]["msg"]
+    assert "Performance gate (report)" in result["summary"]
+    serving_truth(ddtree_host, rec)
+
+
+def test_perf_enforce_on_the_baseline_variant_is_only_reported(ddtree_host):
+    ddtree_host.figures["plain"] = SLOW
+    result = run(ddtree_host, v=PLAIN, perf_gate="enforce")
+    perf = result["record"]["performance"]
+    assert result["outcome"] == "switched" and perf["mode"] == "report" and not perf["passed"]
+    assert perf["msg"].endswith("(reported only: the baseline variant plain is the reference)")
+
+
+def test_perf_known_good_figures_from_the_history_are_not_measured_again(ddtree_host):
+    load = _bench.plan_load(8, 4096, {})
+    old = {"outcome": "switched", "variant": "ddtree", "time": "2025-06-01T00:00:00Z", "argv": DDTREE["argv"],
+           "sglang_version": "0.5.11", "gpu_devices": [0, 1],
+           "performance": {"measured_ok": True, "figures": dict(FAST, output_tokens_per_s=105.0), "load": load}}
+    ddtree_host.put(HISTORY, (json.dumps(old) + "\n").encode())
+    rec = run(ddtree_host, perf_gate="enforce")["record"]
+    assert [c for c in ddtree_host.calls if c[0] == "bench"] == [("bench", URL, old["performance"]["figures"])]
+    assert rec["performance"]["known_good"]["source"] == "history" and rec["outcome"] == "switched"
+    assert len(history(ddtree_host)) == 2
+
+
+def test_perf_gate_off_measures_nothing(ddtree_host):
+    ddtree_host.figures["nextn"] = SLOW
+    rec = run(ddtree_host, perf_gate="off")["record"]
+    assert ddtree_host.kinds("bench") == [] and rec["outcome"] == "switched" and rec["performance"] is None
+
+
+# -- the GPUs' memory -----------------------------------------------------------------------------------------------
+
+def test_gpu_memory_never_released_on_the_variant_path_restores(ddtree_host):
+    host = ddtree_host
+    host.release_after = [None, None]
+    result = run(host)
+    rec = result["record"]
+    assert result["outcome"] == "rolled_back"
+    assert ("release", "timed_out", "rollback_stop") in result["trail"]
+    assert rec["verdict"]["failure"] == "task_failed"
+    assert rec["verdict"]["msg"] == ('task "release" failed: GPUs 0,1 still held 40000 MiB 10 s after the service '
+                                     'stopped (threshold 1024 MiB)')
+    # the variant was never installed nor started
+    assert not [c for c in host.calls if c[0] == "copy" and c[1].startswith(f"{SDIR}/staging/") and c[2] == UNIT]
+    assert host.kinds("start") == ["start"]
+    assert rec["rollback"]["release_warning"] == "GPUs 0,1 still held memory 10 s after the failed variant stopped"
+    assert result["warnings"] == [rec["rollback"]["release_warning"]]
+    assert host.kinds("gpu") == ["gpu"] * 12  # every 2 s for 10 s, twice
+    serving_truth(host, rec)
+
+
+def test_gpu_memory_not_released_on_the_rollback_path_is_only_a_warning(ddtree_host):
+    ddtree_host.release_after = [1, None]
+    ddtree_host.healthy = {"ddtree"}
+    result = run(ddtree_host)
+    rec = result["record"]
+    assert result["outcome"] == "rolled_back" and rec["verdict"]["failure"] == "unit_failed"
+    assert ("rollback_release", "timed_out", "restore") in result["trail"]
+    assert rec["rollback"]["release_warning"].startswith("GPUs 0,1 still held memory")
+    serving_truth(ddtree_host, rec)
+
+
+def test_nvidia_smi_failing_counts_as_not_released(ddtree_host):
+    ddtree_host.gpu_error = "nvidia-smi failed (exit 15): GPU is lost"
+    rec = run(ddtree_host)["record"]
+    assert rec["outcome"] == "rolled_back"
+    assert "could not be read (nvidia-smi failed (exit 15): GPU is lost)" in rec["verdict"]["msg"]
+
+
+def test_no_gpu_check_skips_the_waits(ddtree_host):
+    result = run(ddtree_host, check_gpus=False)
+    assert ddtree_host.kinds("gpu") == [] and ("release", "skipped", "install") in result["trail"]
+
+
+# -- before anything changes ----------------------------------------------------------------------------------------
+
+def test_drain_fails_before_switching_and_nothing_changes(ddtree_host):
+    host = ddtree_host
+    prepare(host)
+    files = dict(host.files)
+    host.drain_error = "cannot reach http://127.0.0.1:30001: connection refused"
+    result = _switch.Switch(settings(), host).run()
+    assert result["outcome"] == "failed_before_switching" and result["failed"] and not result["changed"]
+    assert result["record"] is None
+    assert result["msg"] == ("gpu1: cannot reach http://127.0.0.1:30001: connection refused; nothing was changed, "
+                             "ddtree still runs")
+    assert host.files == files and host.data(MARKER) is None
+    assert [c[0] for c in host.calls] == ["unit_state", "drain"]
+    assert host.unit["active"] and host.serving == "ddtree"
+
+
+def test_pre_gate_fails_the_running_service_is_not_saved(ddtree_host):
+    host = ddtree_host
+    host.healthy = {"plain"}
+    host.gate_script = {1: False}
+    result = run(host)
+    rec = result["record"]
+    assert ("pregate", "not_ready", "save") in result["trail"]
+    assert not [c for c in host.calls if c[0] == "copy" and c[2].startswith(KG + "/")]
+    assert rec["restore"]["source"] == "baseline" and not rec["restore"]["saved_this_run"]
+    serving_truth(host, rec)
+
+
+def test_pre_gate_fails_an_earlier_known_good_is_kept_and_restored(ddtree_host):
+    host = ddtree_host
+    save_known_good(host, PLAIN)
+    host.healthy = {"plain"}
+    host.gate_script = {1: False}
+    rec = run(host)["record"]
+    assert host.data(f"{KG}/{SERVICE}") == rendered(PLAIN)[SERVICE]
+    assert (rec["restore"]["source"], rec["rollback"]["variant"]) == ("known_good", "plain")
+    assert not rec["restore"]["saved_this_run"]
+    serving_truth(host, rec)
+
+
+# -- interrupted switches -------------------------------------------------------------------------------------------
+
+def test_a_marker_found_at_inspect_forces_a_switch_and_is_repaired():
+    host = FakeHost()
+    install(host, NEXTN)  # installed exactly as this run stages it, and serving
+    host.put(MARKER, json.dumps({"variant": "nextn", "state": "gate", "run_id": "dead"}).encode())
+    result = run(host)
+    rec = result["record"]
+    assert result["outcome"] == "switched" and rec["repaired_interrupted_run"]
+    assert result["reasons"] == ["an earlier switch was interrupted (switch.json is there)"]
+    assert result["before"]["marker"]["state"] == "gate"
+    # nothing is proven about a half-switched service: no drain, no pre-gate, nothing saved from it
+    assert host.kinds("drain", "gate", "stop", "start") == ["stop", "start", "gate"]
+    assert host.data(MARKER) is None
+    serving_truth(host, rec)
+
+
+SWITCHED_PATH = [State.INSPECT, State.DECIDE, State.DRAIN, State.MEASURE, State.PREGATE, State.SAVE, State.STOP,
+                 State.RELEASE, State.INSTALL, State.START, State.GATE, State.PERF, State.COMMIT, State.RECORD]
+ROLLBACK_PATH = [State.INSPECT, State.DECIDE, State.DRAIN, State.MEASURE, State.PREGATE, State.SAVE, State.STOP,
+                 State.RELEASE, State.INSTALL, State.START, State.GATE, State.ROLLBACK_STOP, State.ROLLBACK_RELEASE,
+                 State.RESTORE, State.RESTORE_START, State.RESTORE_GATE, State.RECORD]
+STEADY_PATH = [State.INSPECT, State.DECIDE, State.STEADY, State.RECORD]
+SCENARIOS = {
+    # (installed before, healthy variants, perf gate, deployed, path)
+    "switch": (DDTREE, {"nextn", "ddtree", "plain"}, "enforce", NEXTN, SWITCHED_PATH),
+    "rollback": (DDTREE, {"ddtree", "plain"}, "off", NEXTN, ROLLBACK_PATH),
+    "steady": (NEXTN, {"nextn", "plain"}, "off", NEXTN, STEADY_PATH),
+}
+
+
+def scenario_host(name: str) -> FakeHost:
+    installed, healthy, _perf, _deployed, _path = SCENARIOS[name]
+    host = FakeHost()
+    install(host, installed)
+    host.healthy = set(healthy)
+    return host
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_each_scenario_takes_the_path_its_interruptions_are_tested_on(name):
+    _installed, _healthy, perf, deployed, path = SCENARIOS[name]
+    result = run(scenario_host(name), v=deployed, perf_gate=perf)
+    assert [State.INSPECT.value] + [t[2] for t in result["trail"][:-1]] == [s.value for s in path]
+
+
+CASES = [(name, state, repair) for name in sorted(SCENARIOS) for state in SCENARIOS[name][4]
+         for repair in ("same", "previous")]
+
+
+@pytest.mark.parametrize("name,state,repair", CASES, ids=[f"{n}-{s.value}-{r}" for n, s, r in CASES])
+def test_killed_on_entering_a_state_the_next_run_repairs(name, state, repair):
+    installed, _healthy, perf, deployed, path = SCENARIOS[name]
+    host = scenario_host(name)
+    with pytest.raises(_switch.Interrupted) as killed:
+        run(host, v=deployed, perf_gate=perf, stop_at=state)
+    assert killed.value.state == state
+    marked = name != "steady" and path.index(state) >= path.index(State.PREGATE)
+    if marked:
+        assert json.loads(host.data(MARKER))["state"] == state.value
+    else:
+        assert host.data(MARKER) is None and not [c for c in host.calls if c[0] in MUTATING]
+    # the next deploy: the same variant again, or the one that ran before (as molecule's fault matrix does)
+    again_variant = deployed if repair == "same" else installed
+    result = run(host, "run2", again_variant, perf_gate=perf)
+    rec = result["record"]
+    assert result["outcome"] in ("switched", "rolled_back", "unchanged")
+    assert rec["repaired_interrupted_run"] == marked
+    assert host.data(MARKER) is None and host.under(f"{SDIR}/staging") == []
+    if result["outcome"] != "unchanged":
+        assert history(host)[-1] == rec
+    serving_truth(host, rec)
+
+
+# -- check mode -----------------------------------------------------------------------------------------------------
+
+def test_check_mode_says_what_a_switch_would_do_and_changes_nothing(ddtree_host):
+    host = ddtree_host
+    prepare(host)
+    files, unit = dict(host.files), dict(host.unit)
+    plan = _switch.Switch(settings(perf_gate="enforce"), host).plan()
+    assert plan["switch"] and plan["changed"]
+    assert plan["reasons"] == ["differs from what is installed: sglang-qwen.service, sglang-qwen.yaml, "
+                               "sglang-qwen.logging.json"]
+    assert plan["would"] == ["decide", "drain", "measure", "pregate", "save", "stop", "release", "install", "start",
+                             "gate", "perf", "commit", "record", "switched"]
+    assert plan["msg"].startswith(f"would switch {SERVICE} from ddtree to nextn (--model-path ")
+    assert [c[0] for c in host.calls] == ["unit_state"]
+    assert host.files == files and host.unit == unit and host.events == []
+
+
+def test_check_mode_on_an_unchanged_host_would_keep_it():
+    host = FakeHost()
+    install(host, NEXTN)
+    prepare(host)
+    plan = _switch.Switch(settings(), host).plan()
+    assert not plan["switch"] and plan["would"] == ["decide", "steady", "record", "unchanged"]
+    assert plan["msg"].startswith(f"would keep {SERVICE} on nextn (")
+    assert [c[0] for c in host.calls] == ["unit_state"]
+
+
+def test_check_mode_without_staged_files_uses_what_the_templates_would_change():
+    host = FakeHost()
+    install(host, NEXTN)
+    plan = _switch.Switch(settings(changed_files=["sglang-qwen.yaml"]), host).plan()
+    assert plan["reasons"] == ["differs from what is installed: sglang-qwen.yaml"]
+    assert _switch.Switch(settings(changed_files=[]), host).plan()["switch"] is False
+
+
+def test_check_mode_on_an_interrupted_first_deploy_skips_what_would_be_skipped():
+    host = FakeHost()
+    host.put(MARKER, b"{}")
+    prepare(host)
+    plan = _switch.Switch(settings(), host).plan()
+    assert plan["msg"].startswith(f"would switch {SERVICE} from an unmanaged or absent service to nextn")
+    assert plan["would"] == ["decide", "save", "release", "install", "start", "gate", "commit", "record", "switched"]
+    assert [c[0] for c in host.calls] == ["unit_state"]
+
+
+# -- the real host, thin: its commands and files ---------------------------------------------------------------------
+
+class Commands:
+    def __init__(self, answers: dict[str, tuple[int, str, str]] | None = None) -> None:
+        self.argvs: list[list[str]] = []
+        self.answers = answers or {}
+
+    def __call__(self, argv: list[str]) -> tuple[int, str, str]:
+        self.argvs.append(list(argv))
+        return self.answers.get(" ".join(argv[:2]), (0, "", ""))
+
+
+def test_system_host_unit_state_and_start_stop():
+    commands = Commands({"systemctl show": (0, "ActiveState=active\nLoadState=loaded\n", "")})
+    host = _switch.SystemHost(SERVICE, commands)
+    assert host.unit_state(SERVICE) == {"active": True, "loaded": True}
+    host.start(SERVICE)
+    host.stop(SERVICE)
+    assert commands.argvs[1:] == [["systemctl", "daemon-reload"], ["systemctl", "enable", "--", SERVICE],
+                                  ["systemctl", "restart", "--", SERVICE], ["systemctl", "stop", "--", SERVICE]]
+    failing = _switch.SystemHost(SERVICE, Commands({"systemctl restart": (1, "", "Job failed.\n")}))
+    with pytest.raises(HostError, match="systemctl restart -- sglang-qwen.service: exit 1: Job failed."):
+        failing.start(SERVICE)
+    assert _switch.SystemHost(SERVICE, Commands({"systemctl show": (1, "", "")})).unit_state(SERVICE) == \
+        {"active": False, "loaded": False}
+
+
+def test_system_host_reads_gpu_memory_with_nvidia_smi():
+    commands = Commands({"nvidia-smi -i": (0, "0, 300\n2, 41000\n", "")})
+    assert _switch.SystemHost(SERVICE, commands).gpu_memory_used([0, 2]) == [300, 41000]
+    assert commands.argvs == [["nvidia-smi", "-i", "0,2", "--query-gpu=index,memory.used",
+                               "--format=csv,noheader,nounits"]]
+    with pytest.raises(HostError, match="did not report memory.used of GPUs"):
+        _switch.SystemHost(SERVICE, Commands({"nvidia-smi -i": (0, "0, 300\n", "")})).gpu_memory_used([0, 2])
+    with pytest.raises(HostError, match="nvidia-smi failed"):
+        _switch.SystemHost(SERVICE, Commands({"nvidia-smi -i": (9, "", "NVML not found")})).gpu_memory_used([0])
+
+
+def test_system_host_files(tmp_path):
+    host = _switch.SystemHost(SERVICE, Commands())
+    base = str(tmp_path)
+    host.makedirs(f"{base}/kg/sub", 0o700)
+    assert (tmp_path / "kg" / "sub").stat().st_mode & 0o777 == 0o700
+    host.write_atomic(f"{base}/a", b"one", 0o644)
+    host.copy(f"{base}/a", f"{base}/kg/a", 0o600)
+    assert host.read_bytes(f"{base}/kg/a") == b"one" and (tmp_path / "kg" / "a").stat().st_mode & 0o777 == 0o600
+    host.append_line(f"{base}/h", "x")
+    host.append_line(f"{base}/h", "y")
+    assert host.read_bytes(f"{base}/h") == b"x\ny\n"
+    assert host.listdir(f"{base}/kg") == ["a", "sub"] and host.listdir(f"{base}/none") == []
+    host.remove(f"{base}/kg")
+    host.remove(f"{base}/none")
+    assert not host.exists(f"{base}/kg") and host.read_bytes(f"{base}/none") is None
+    with pytest.raises(HostError, match="does not exist"):
+        host.copy(f"{base}/none", f"{base}/b", 0o600)
