@@ -867,3 +867,46 @@ def test_system_host_files(tmp_path):
     assert not host.exists(f"{base}/kg") and host.read_bytes(f"{base}/none") is None
     with pytest.raises(HostError, match="does not exist"):
         host.copy(f"{base}/none", f"{base}/b", 0o600)
+
+
+def test_system_host_gate_drain_and_bench_call_the_collections_own_with_the_key_masked(tmp_path, monkeypatch):
+    config = tmp_path / "sglang-qwen.yaml"
+    config.write_text('api-key: "s3cret-key"\n')
+    made = {}
+
+    class Gate:
+        def __init__(self, client, watcher, **kw):
+            made.update(client=client, watcher=watcher, **kw)
+
+        def run(self):
+            made["progress"]("[1.0s http] sent s3cret-key")
+            return {"ready": False, "failure": "auth", "msg": "the server refused s3cret-key"}
+
+    monkeypatch.setattr(_switch._readiness, "Gate", Gate)
+    events = []
+    host = _switch.SystemHost(SERVICE, Commands(), api_key="run-key",
+                              gate_options={"interval": 2, "generations": 3, "stall_budgets": {"weights": 5}},
+                              progress=events.append)
+    result = host.gate(URL, str(config), 900, 5)
+    assert made["client"].api_key == "s3cret-key" and made["client"].url == URL
+    assert made["watcher"].unit == SERVICE
+    assert (made["timeout"], made["interval"], made["generations"], made["settle"], made["budgets"]) == \
+        (900, 2.0, 3, 5, {"weights": 5})
+    assert "s3cret-key" not in json.dumps(result) and "s3cret-key" not in json.dumps(events)
+    assert result["failure"] == "auth" and events and "gate" in events[0]
+
+    drained = {}
+    monkeypatch.setattr(_switch._drain, "drain",
+                        lambda client, timeout, interval: drained.update(key=client.api_key, t=timeout) or {"drained": True})
+    assert host.drain(URL, None, 30, 1) == {"drained": True} and drained == {"key": "run-key", "t": 30}
+
+    figures = dict(FAST)
+    monkeypatch.setattr(_switch._bench, "benchmark",
+                        lambda client, *args: {"ok": True, "figures": figures, "msg": "100 output tokens/s"})
+    load = _bench.plan_load(8, 4096, {})
+    measured = host.bench(URL, str(config), load, SLOW, {})
+    assert measured["passed"] and measured["comparison"]["passed"] and "as fast as" in measured["msg"]
+    monkeypatch.setattr(_switch._bench, "benchmark", lambda client, *args: {"ok": False, "figures": None, "msg": "x"})
+    assert host.bench(URL, str(config), load, FAST, {})["passed"] is False
+    with pytest.raises(HostError, match="api_key_file"):
+        host.gate(URL, str(tmp_path / "missing.yaml"), 10, 0)
