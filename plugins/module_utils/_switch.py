@@ -45,11 +45,13 @@ from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _bench
+from ansible_collections.inferops.sglang.plugins.module_utils import _credentials
 from ansible_collections.inferops.sglang.plugins.module_utils import _deploy
 from ansible_collections.inferops.sglang.plugins.module_utils import _drain
 from ansible_collections.inferops.sglang.plugins.module_utils import _gpu
 from ansible_collections.inferops.sglang.plugins.module_utils import _http
 from ansible_collections.inferops.sglang.plugins.module_utils import _mask
+from ansible_collections.inferops.sglang.plugins.module_utils import _process_watch
 from ansible_collections.inferops.sglang.plugins.module_utils import _readiness
 from ansible_collections.inferops.sglang.plugins.module_utils import _state_files
 
@@ -943,7 +945,7 @@ class SystemHost:
         key = self.api_key
         if api_key_file:
             try:
-                key = _readiness.api_key_from_config(api_key_file)
+                key = _credentials.api_key_from_config(api_key_file)
             except (OSError, ValueError) as exc:
                 raise HostError(f"api_key_file {api_key_file}: {exc}") from None
         options = self.gate_options
@@ -968,7 +970,7 @@ class SystemHost:
     def gate(self, url: str, api_key_file: str | None, timeout: float, settle: float) -> dict:
         o = self.gate_options
         client, key = self._client(url, api_key_file, float(o.get("request_timeout", 30)))
-        watcher = _readiness.UnitWatcher(self.unit, self.run_command)
+        watcher = _process_watch.UnitWatcher(self.unit, self.run_command)
         try:
             gate = _readiness.Gate(client, watcher, timeout=timeout, interval=float(o.get("interval", 1)),
                                    generations=int(o.get("generations", 1)), settle=settle,
