@@ -224,6 +224,12 @@ def plan_check(plan: dict | None, server: dict | None, tolerance: float = PLAN_T
             "msg": f"the server resolved other figures than planned ({text})" if differs else "the server resolved the planned figures"}
 
 
+def rotation_of(hooks) -> dict | None:
+    """What the record keeps of the rotation hooks' results (out, in): ok and msg each."""
+    return {k: {"ok": bool(v.get("ok")), "msg": str(v.get("msg", ""))}
+            for k, v in (hooks or {}).items() if k in ("out", "in") and isinstance(v, dict)} or None
+
+
 def record(fields: dict) -> dict:
     """The deploy record (history.jsonl and set_stats), every key of
     RECORD_KEYS. ``fields`` holds them raw: ``verdict`` as the gate returned it,
@@ -241,8 +247,7 @@ def record(fields: dict) -> dict:
     out["memory_plan"] = None if not plan else dict(_pick(plan, PLAN_KEYS), override=plan.get("fits") is False)
     out["ddtree_build"] = _pick(fields.get("ddtree_build"), DDTREE_KEYS)
     out["drain"] = _pick(fields.get("drain"), DRAIN_KEYS) or None
-    out["rotation"] = {k: {"ok": bool(v.get("ok")), "msg": str(v.get("msg", ""))}
-                       for k, v in (fields.get("rotation") or {}).items() if k in ("out", "in") and isinstance(v, dict)} or None
+    out["rotation"] = rotation_of(fields.get("rotation"))
     perf = fields.get("performance") or {}
     out["performance"] = _bench.gate_record(perf.get("mode") or "off", perf.get("result"), perf.get("known_good"),
                                             perf.get("why_report")) if isinstance(perf, dict) else None

@@ -18,7 +18,12 @@ and a holder's late release never removes its successor's lock.
 Staleness: a lock is stale when its ``expires`` (epoch seconds on the host's
 clock) has passed, or when its holder ran on this controller host and that
 ansible-playbook process is gone (decided on the controller, ``stale_reason``
-with ``pid_alive``).
+with ``pid_alive``). Never while the run's switch job runs on the host: the
+job (sglang_switch) writes its pid and the host's boot id into the lock
+(``claim_for_job``) and renews the lease as it goes, so a lock whose job is
+alive (``job_alive``, judged on the host) is held whatever became of the
+controller and whatever ``take_over_run_id`` says; a reboot ends the job and
+with it that hold.
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ LOCK_FIELDS = ("run_id", "service", "variant", "controller_user", "controller_ho
 # The keys of a holder (who deploys what), as the action plugin builds it.
 HOLDER_FIELDS = ("service", "variant", "controller_user", "controller_host", "controller_pid", "awx_job_id")
 DEFAULT_LEASE = 1800
+# Where the kernel says which boot this is: a job's pid means nothing after a reboot.
+BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
 # How often acquire() re-reads a lock that changed under it before giving up.
 ATTEMPTS = 5
 
@@ -116,6 +123,26 @@ def pid_alive(pid) -> bool:
     return True
 
 
+def boot_id(path: str = BOOT_ID_FILE) -> str | None:
+    """This boot's id, or None where the kernel does not say."""
+    try:
+        with open(path, "r", encoding="utf-8") as handle:
+            return handle.read().strip() or None
+    except OSError:
+        return None
+
+
+def job_alive(record: dict, this_boot: str | None = None, alive: Callable[[int], bool] = pid_alive) -> int | None:
+    """The pid of the record's switch job when it still runs on this host (same boot), else None."""
+    pid = record.get("job_pid")
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+        return None
+    this_boot = this_boot if this_boot is not None else boot_id()
+    if not this_boot or record.get("job_boot_id") != this_boot:
+        return None
+    return pid if alive(pid) else None
+
+
 def holder_gone(record: dict, controller_host: str | None, alive: Callable[[int], bool] = pid_alive) -> str | None:
     """Why the holder is gone when it ran on this controller (``controller_host``) and its
     ansible-playbook process no longer exists; None otherwise (another controller's holder
@@ -145,7 +172,10 @@ def describe(record: dict) -> str:
     who = f"{record.get('controller_user') or '?'}@{record.get('controller_host') or '?'}"
     if record.get("awx_job_id") not in (None, ""):
         who += f" (AWX job {record['awx_job_id']})"
-    return f"{who}, variant {record.get('variant') or '?'}, since {record.get('started') or '?'}"
+    text = f"{who}, variant {record.get('variant') or '?'}, since {record.get('started') or '?'}"
+    if record.get("job_pid"):
+        text += f", its switch job pid {record['job_pid']} on the host"
+    return text
 
 
 def contention_message(record: dict, host: str, waited: float, path: str,
@@ -270,6 +300,9 @@ def acquire(path: str, run_id: str, holder: dict, lease: int = DEFAULT_LEASE, ta
             reason = stale_reason(current, stamp) or "take_over_run_id named it"
         else:
             reason = stale_reason(current, stamp)
+        if reason is not None and job_alive(current) is not None:
+            # its switch job still runs here: the controller's fate does not free the host
+            reason = None
         if reason is None:
             return dict(outcome, holder=current)
         if check_mode:
@@ -292,6 +325,22 @@ def renew(path: str, run_id: str, lease: int = DEFAULT_LEASE, check_mode: bool =
     record = dict(current, renewed=utc_iso(stamp), expires=int(stamp) + int(lease), lease_s=int(lease))
     if check_mode:
         return dict(lost=False, changed=True, holder=current)
+    replaced, found = replace(path, record, run_id)
+    if not replaced:
+        return dict(lost=True, changed=False, holder=found)
+    return dict(lost=False, changed=True, holder=record)
+
+
+def claim_for_job(path: str, run_id: str, pid: int, lease: int = DEFAULT_LEASE, this_boot: str | None = None,
+                  now: Callable[[], float] = time.time) -> dict:
+    """Mark this run's lock as held by its switch job (``pid`` on this boot) and extend the
+    lease; renewed as the job goes on (``renew`` keeps the job's fields). Returns as renew."""
+    current = read(path)
+    if current is None or current["run_id"] != run_id:
+        return dict(lost=True, changed=False, holder=current)
+    stamp = now()
+    record = dict(current, job_pid=int(pid), job_boot_id=this_boot if this_boot is not None else boot_id(),
+                  renewed=utc_iso(stamp), expires=int(stamp) + int(lease), lease_s=int(lease))
     replaced, found = replace(path, record, run_id)
     if not replaced:
         return dict(lost=True, changed=False, holder=found)

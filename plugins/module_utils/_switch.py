@@ -538,29 +538,9 @@ class Switch:
     # -- the states: one method each, returning the event ----------------------------------------------------
 
     def step_inspect(self) -> str:
-        """The service as it is (what sglang_deploy_state step=inspect returns)."""
+        """The service as it is (``inspect``)."""
         s = self.s
-        unit = self.host.unit_state(s.service)
-        current = self._json(self._path(CURRENT))
-        marker_path = self._path(MARKER)
-        unit_name = s.files[0]["name"]
-        known_good = self.host.exists(self._path("known-good", unit_name))
-        known_record = self._json(self._path("known-good", CURRENT))
-        self.before = {
-            "active": bool(unit.get("active")),
-            "loaded": bool(unit.get("loaded")),
-            "variant": (current or {}).get("variant"),
-            "argv": (current or {}).get("argv"),
-            "url": _deploy.url_of((current or {}).get("argv")),
-            "api_key_file": self._config_file(),
-            "interrupted": self.host.exists(marker_path),
-            "marker": self._json(marker_path),
-            "known_good": known_good,
-            "known_good_variant": (known_record or {}).get("variant") if known_good else None,
-            "known_good_argv": (known_record or {}).get("argv") if known_good else None,
-            "sglang_version": (current or {}).get("sglang_version"),
-            "gpu_devices": (current or {}).get("gpu_devices"),
-        }
+        self.before = inspect(self.host, s.service, s.service_dir, s.files)
         ddtree = self._json(s.ddtree_manifest) if s.ddtree_manifest else None
         self.ddtree_build = ddtree or {}
         return "inspected"
@@ -823,6 +803,66 @@ class Switch:
                             "known_good": self.perf_known},
             "controller_user": s.controller_user,
         }
+
+
+# -- read and amended outside a switch ------------------------------------------------------------------------
+
+def _read_json(host: Host, path: str) -> dict | None:
+    data = host.read_bytes(path)
+    try:
+        value = json.loads(data) if data is not None else None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def inspect(host: Host, service: str, service_dir: str, files: list[dict]) -> dict:
+    """The service before a deploy: its unit (active, loaded), the variant current.json records
+    as running (argv, URL, release, GPUs), its --config file, an interrupted switch (the marker)
+    and the known-good copy. The role reads it before staging (the rollback target's checks),
+    and the switch reads it again as its first state."""
+    unit = host.unit_state(service)
+    current = _read_json(host, posixpath.join(service_dir, CURRENT))
+    marker_path = posixpath.join(service_dir, MARKER)
+    known_good = bool(files) and host.exists(posixpath.join(service_dir, "known-good", files[0]["name"]))
+    known_record = _read_json(host, posixpath.join(service_dir, "known-good", CURRENT))
+    config = [f["src"] for f in files if f["src"].endswith((".yaml", ".yml")) and host.exists(f["src"])]
+    return {
+        "active": bool(unit.get("active")),
+        "loaded": bool(unit.get("loaded")),
+        "variant": (current or {}).get("variant"),
+        "argv": (current or {}).get("argv"),
+        "url": _deploy.url_of((current or {}).get("argv")),
+        "api_key_file": config[0] if config else None,
+        "interrupted": host.exists(marker_path),
+        "marker": _read_json(host, marker_path),
+        "known_good": known_good,
+        "known_good_variant": (known_record or {}).get("variant") if known_good else None,
+        "known_good_argv": (known_record or {}).get("argv") if known_good else None,
+        "sglang_version": (current or {}).get("sglang_version"),
+        "gpu_devices": (current or {}).get("gpu_devices"),
+    }
+
+
+def amend_rotation(host: Host, service_dir: str, record: dict, rotation: dict) -> tuple[dict, str]:
+    """This run's record with the rotation hooks' results (the in hook runs on the controller
+    after the switch's job recorded it), and its summary. The record's line in history.jsonl
+    (the last with this run's id) is rewritten in one step; an unchanged host has no line."""
+    amended = dict(record, rotation=_deploy.rotation_of(rotation))
+    path = posixpath.join(service_dir, HISTORY)
+    data = host.read_bytes(path)
+    if data is not None and record.get("outcome") != "unchanged":
+        lines = data.decode("utf-8").splitlines()
+        for index in range(len(lines) - 1, -1, -1):
+            try:
+                line = json.loads(lines[index])
+            except ValueError:
+                continue
+            if isinstance(line, dict) and line.get("run_id") == record.get("run_id"):
+                lines[index] = json.dumps(dict(line, rotation=amended["rotation"]), sort_keys=False)
+                host.write_atomic(path, ("\n".join(lines) + "\n").encode("utf-8"), 0o600)
+                break
+    return amended, _deploy.summary_text(amended, service_dir)
 
 
 # -- the real host --------------------------------------------------------------------------------------------------

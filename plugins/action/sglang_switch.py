@@ -1,0 +1,118 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The controller side of inferops.sglang.sglang_switch (documented with the module).
+
+The switch runs as an async job on the host (plugin_utils/_async_job.py's
+AsyncModuleJob, as the readiness gate does): a controller that dies mid-switch
+leaves the job to finish the switch or the rollback and record it. This plugin
+follows the job and prints, every ``progress_interval`` seconds, the state it is
+in, the seconds spent there and in all, and the last event (the gate's last
+line), masked. What stays here: the text of a line and the job's time limit,
+the sum of every wait the switch can make plus a margin, so that async_wrapper
+never kills a switch that is still within its own timeouts.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.inferops.sglang.plugins.module_utils import _mask
+from ansible_collections.inferops.sglang.plugins.plugin_utils._async_job import AsyncModuleJob
+from ansible_collections.inferops.sglang.plugins.plugin_utils._async_job import number as _number
+
+MODULE = "inferops.sglang.sglang_switch"
+DEFAULT_PROGRESS_INTERVAL = 15.0
+PROGRESS_NAME = "sglang_switch.progress.json"
+ELAPSED_KEYS = ("elapsed", "state_elapsed")
+# Seconds beyond the sum of the switch's own waits: its file work, the journal reads, the record.
+ASYNC_MARGIN = 600
+# The module's defaults (its argument_spec) of the waits summed here.
+DEFAULTS = {"release_timeout": 120.0, "drain_timeout": 60.0, "gate_settle": 5.0}
+DEFAULT_GATE_TIMEOUT = 900.0
+PREGATE_TIMEOUT = 60.0
+LINE_TEXT_MAX = 200
+
+
+def progress_interval(args: dict) -> float:
+    raw = args.get("progress_interval")
+    value = DEFAULT_PROGRESS_INTERVAL if raw is None else _number(raw)
+    if value is None or value < 0 or math.isnan(value):
+        raise AnsibleActionFail(f"progress_interval must be 0 (no live progress) or a positive number of seconds, got {raw!r}")
+    return value
+
+
+def _gate_timeout(variant) -> float | None:
+    params = (variant or {}).get("params") if isinstance(variant, dict) else None
+    value = (params or {}).get("gate_timeout") if isinstance(params, dict) else None
+    return DEFAULT_GATE_TIMEOUT if value in (None, "") else _number(value)
+
+
+def async_limit(args: dict) -> int | None:
+    """async_wrapper's limit: every wait the switch can make, summed, plus the margin; None
+    where a setting is not a number (the module then says why, as a plain call)."""
+    waits = [_number(args.get(k)) if args.get(k) is not None else v for k, v in DEFAULTS.items()]
+    gates = [_gate_timeout(args.get("variant")), _gate_timeout(args.get("baseline"))]
+    load = args.get("perf_load") if isinstance(args.get("perf_load"), dict) else {}
+    budget = _number(load.get("budget")) if load.get("budget") is not None else 600.0
+    parts = waits + gates + [budget]
+    if any(x is None or x < 0 or math.isinf(x) for x in parts):
+        return None
+    release, drain, settle = waits
+    # the drain, two benchmarks (the known-good's and the variant's), the pre-gate, two GPU waits, two gates and settles
+    total = drain + 2 * budget + PREGATE_TIMEOUT + 2 * release + sum(gates) + 2 * settle
+    return int(math.ceil(total)) + ASYNC_MARGIN
+
+
+def _clip(text: str) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= LINE_TEXT_MAX else text[:LINE_TEXT_MAX - 3] + "..."
+
+
+def progress_line(host: str, progress: dict, secrets: tuple[str, ...] = (), with_text: bool = True) -> str | None:
+    """``[ct129] sglang_switch: gate 42 s (130 s in all): [41.9s generation] ...``; None before the first state."""
+    if not progress.get("state"):
+        return None
+    parts = [str(progress["state"])]
+    in_state, elapsed = _number(progress.get("state_elapsed")), _number(progress.get("elapsed"))
+    if in_state is not None:
+        parts.append(f"{in_state:.0f} s")
+    if elapsed is not None:
+        parts.append(f"({elapsed:.0f} s in all)")
+    line = f"[{host}] sglang_switch: " + " ".join(parts)
+    text = progress.get("event")
+    return line + (f": {_clip(_mask.mask(str(text), secrets))}" if text and with_text else "")
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _supports_async = True
+    _supports_check_mode = True
+
+    _clock = staticmethod(time.monotonic)
+    _sleep = staticmethod(time.sleep)
+
+    def run(self, tmp=None, task_vars=None):
+        task_vars = task_vars or {}
+        result = super().run(tmp, task_vars)
+        del tmp
+        interval = progress_interval(self._task.args)
+        host = str(task_vars.get("inventory_hostname") or "this host")
+        secrets = (str(self._task.args.get("api_key") or ""),)
+        with_text = not self._task.no_log
+
+        def line(progress: dict) -> str | None:
+            return progress_line(host, progress, secrets, with_text=with_text)
+
+        limit = async_limit(self._task.args)
+        job = AsyncModuleJob(self, task_vars, MODULE, self._task.args, limit, PROGRESS_NAME, interval, line,
+                             elapsed_keys=ELAPSED_KEYS, limit_note=f"the switch's waits + {ASYNC_MARGIN} s",
+                             outcome="the switch's outcome (the host's history.jsonl and switch.json say it)",
+                             own_key="outcome", no_limit_reason="a wait setting is not a number",
+                             clock=self._clock, sleep=self._sleep)
+        result.update(job.run())
+        return result

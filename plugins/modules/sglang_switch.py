@@ -1,0 +1,434 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: sglang_switch
+short_description: Switch a host's SGLang service to a staged variant behind the readiness gate, rolling back on failure
+version_added: 0.3.0
+description:
+  - Runs the whole switch of one systemd SGLang service on the host, as one state machine
+    (C(plugins/module_utils/_switch.py), whose docstring and C(docs/switch-state-machine.md) tell each state):
+    inspect the service, decide (the staged files against the installed ones, an interrupted switch, an inactive
+    unit), drain the running service, measure it for the performance gate, prove it healthy and save it as known-good,
+    stop it, wait for its GPUs' memory, install the staged files, start, the readiness gate, the performance gate, then
+    commit, or stop the failed variant and restore the known-good service (else the baseline staged in
+    O(baseline_staging)) and gate the restored service as itself; then the record (C(history.jsonl)), the summary
+    and node_exporter's textfile.
+  - The action plugin runs the module as an async job on the host and prints where it is (the state, the seconds in
+    it, the gate's last line) every O(progress_interval) seconds. A controller that dies does not stop the job: it
+    finishes the switch or the rollback and records it.
+  - From the pre-gate on, every state entered is written to the marker C(switch.json) in O(service_dir): a job that
+    did not finish (a host rebooted) leaves it, and the next switch, finding it, switches again and records
+    C(repaired_interrupted_run).
+  - With O(lock_file), the job writes its pid and the host's boot id into this run's deploy lock (see
+    M(inferops.sglang.sglang_deploy_lock)) and renews its lease as it goes: a second deploy waits for the job even when
+    this job's controller is gone, and a job that lost its lock does not start.
+  - Nothing is rendered here; the role renders the variant into O(staging) and, for a first deploy, the baseline into
+    O(baseline_staging), before the call.
+  - In check mode, inspects and decides only and says what a run would do (RV(would), RV(msg)); nothing changes.
+author:
+  - inferops.sglang contributors (@inferops)
+attributes:
+  check_mode:
+    description: Can run in check mode and return the changed status prediction without modifying the target.
+    support: full
+    details: Inspects and decides; nothing on the host changes.
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: none
+options:
+  service:
+    description: The systemd unit.
+    type: str
+    required: true
+  service_dir:
+    description: The service's state directory (C(current.json), C(known-good/), C(attempts/), C(history.jsonl), C(staging/)).
+    type: path
+    required: true
+  files:
+    description:
+      - The files that make the service, the unit first; each with C(name) (its name in C(staging/), C(known-good/) and
+        C(attempts/)), C(src) (where it is installed) and C(mode) (its installed mode); C(template) false or null for
+        one that is not staged (C(current.json)).
+    type: list
+    elements: dict
+    required: true
+  staging:
+    description: This run's staged files of the variant (a directory under O(service_dir)/staging).
+    type: path
+    required: true
+  baseline_staging:
+    description: The baseline's staged files, rendered up front; a rollback with no known-good service installs them.
+    type: path
+    required: true
+  variant:
+    description: The variant, as M(inferops.sglang.sglang_variant) resolved it (variant, params, argv, sglang_version, memory_plan).
+    type: dict
+    required: true
+  baseline:
+    description: The baseline variant, resolved in the same call with the same settings (its C(baseline) result).
+    type: dict
+    required: true
+  url:
+    description: The URL the variant answers on.
+    type: str
+    required: true
+  run_id:
+    description: This run's id (the deploy lock's); a plain name.
+    type: str
+    required: true
+  inventory_host:
+    description: The host's name in the record.
+    type: str
+    default: localhost
+  gpu_devices:
+    description: The service's GPUs (indexes); their memory is waited for after each stop.
+    type: list
+    elements: int
+    default: []
+  check_gpus:
+    description: Wait for the GPUs' memory after a stop (nvidia-smi).
+    type: bool
+    default: true
+  release_threshold_mib:
+    description: A GPU holding less than this many MiB is released.
+    type: int
+    default: 1024
+  release_timeout:
+    description: Seconds to wait for the GPUs' memory after a stop.
+    type: float
+    default: 120
+  gate_settle:
+    description: Seconds the gated process must stay the same after its last generation.
+    type: float
+    default: 5
+  gate_interval:
+    description: Seconds between the gate's polls.
+    type: float
+    default: 1
+  gate_generations:
+    description: Real generations the gate asks for.
+    type: int
+    default: 1
+  gate_stall_budgets:
+    description: The gate's start-up stage budgets over its defaults (see M(inferops.sglang.wait_for_sglang)).
+    type: dict
+    default: {}
+  drain_timeout:
+    description: Seconds to wait for the running service's requests in flight before the stop.
+    type: float
+    default: 60
+  drain_interval:
+    description: Seconds between the drain's polls.
+    type: float
+    default: 1
+  perf_gate:
+    description: The performance gate (V(off), V(report), V(enforce)); see the role's C(sglang_service_perf_gate).
+    type: str
+    default: "off"
+    choices: ["off", report, enforce]
+  perf_load:
+    description: The performance gate's load over its defaults (see the role's C(sglang_service_perf_load)).
+    type: dict
+    default: {}
+  perf_thresholds:
+    description: The performance gate's limits (the variant's own C(perf_thresholds) over them).
+    type: dict
+    default: {}
+  keep_attempts:
+    description: Attempt directories kept (the newest). At least 1.
+    type: int
+    default: 20
+  changed_files:
+    description: In check mode, the names of the staged files whose templates would change the installed ones.
+    type: list
+    elements: str
+  ddtree_manifest:
+    description: The DDTree build's manifest; the record names the build.
+    type: path
+  textfile_dir:
+    description: node_exporter's textfile directory; the service's deploy state is rewritten there after the record.
+    type: path
+  lock_file:
+    description: This run's deploy lock (M(inferops.sglang.sglang_deploy_lock)); the job holds it and renews its lease.
+    type: path
+  lock_lease:
+    description: Seconds of each lease renewal.
+    type: int
+    default: 1800
+  lock:
+    description: The lock as acquired (run_id, holder, taken_over, previous, waited), for the record.
+    type: dict
+  rotation:
+    description: The rotation out hook's result (C(out) with ok and msg), for the record.
+    type: dict
+  plan_tolerance:
+    description: The memory plan's tolerance, for the record's check of the plan against the server.
+    type: float
+  controller_user:
+    description: Who runs the deploy, for the record.
+    type: str
+  api_key:
+    description: This run's API key, sent where no C(--config) file holds one; masked in every result.
+    type: str
+  progress_file:
+    description: Where the job writes its progress (JSON); set by the action plugin.
+    type: path
+  progress_interval:
+    description: Seconds between the action plugin's progress lines; V(0) runs the module as a plain call. Ignored by the module.
+    type: float
+    default: 15
+seealso:
+  - module: inferops.sglang.wait_for_sglang
+  - module: inferops.sglang.sglang_deploy_lock
+"""
+
+EXAMPLES = r"""
+- name: Switch sglang-qwen.service to the staged variant
+  inferops.sglang.sglang_switch:
+    service: sglang-qwen.service
+    service_dir: /var/lib/inferops-sglang/sglang-qwen
+    files: "{{ files }}"
+    staging: "/var/lib/inferops-sglang/sglang-qwen/staging/{{ run_id }}"
+    baseline_staging: "/var/lib/inferops-sglang/sglang-qwen/staging/{{ run_id }}/baseline"
+    variant: "{{ resolved }}"
+    baseline: "{{ resolved.baseline }}"
+    url: "{{ resolved.url }}"
+    run_id: "{{ run_id }}"
+  register: switch
+  failed_when: false
+"""
+
+RETURN = r"""
+outcome:
+  description: V(unchanged), V(switched), V(rolled_back), V(rollback_failed) or V(failed_before_switching) (the drain failed; nothing changed).
+  returned: not check mode
+  type: str
+record:
+  description: The deploy record, as appended to C(history.jsonl) (null for V(failed_before_switching)).
+  returned: not check mode
+  type: dict
+summary:
+  description: What the operator reads.
+  returned: not check mode
+  type: str
+before:
+  description: The service before the switch (active, loaded, variant, argv, url, interrupted, known_good, ...).
+  returned: always
+  type: dict
+reasons:
+  description: Why the service is switched; empty when it already is what was asked.
+  returned: always
+  type: list
+  elements: str
+trail:
+  description: Every transition made, as [from, event, to].
+  returned: not check mode
+  type: list
+  elements: list
+would:
+  description: In check mode, the states a run would act in, then its outcome.
+  returned: check mode
+  type: list
+  elements: str
+switch:
+  description: In check mode, whether a run would switch.
+  returned: check mode
+  type: bool
+warnings_text:
+  description: What the record notes but does not fail on (GPUs slow to empty after the failed variant stopped).
+  returned: not check mode
+  type: list
+  elements: str
+textfile_changed:
+  description: node_exporter's textfile was rewritten.
+  returned: not check mode
+  type: bool
+"""
+
+import json
+import os
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.inferops.sglang.plugins.module_utils import _deploy_lock
+from ansible_collections.inferops.sglang.plugins.module_utils import _deploy_metrics
+from ansible_collections.inferops.sglang.plugins.module_utils import _mask
+from ansible_collections.inferops.sglang.plugins.module_utils import _state_files
+from ansible_collections.inferops.sglang.plugins.module_utils import _switch
+
+# Seconds between the job's lease renewals (each transition and the gate's progress may renew).
+RENEW_EVERY = 60.0
+TEXT_MAX = 300
+
+
+class Progress:
+    """The job's progress: the progress file (for the action plugin's lines) and the lease renewals."""
+
+    def __init__(self, module: AnsibleModule, secrets: tuple[str, ...], clock=time.monotonic, wall=time.time) -> None:
+        p = module.params
+        self.module, self.secrets, self.clock, self.wall = module, secrets, clock, wall
+        self.path, self.lock_file, self.run_id, self.lease = p["progress_file"], p["lock_file"], p["run_id"], p["lock_lease"]
+        self.start = self.state_start = clock()
+        self.state, self.text = None, ""
+        self.renewed = clock()
+        self.lost = None
+
+    def __call__(self, event: dict) -> None:
+        if event.get("state"):
+            self.state, self.state_start = event["state"], self.clock()
+            self.text = f"{event.get('from') or 'start'} -> {event['state']} ({event.get('event') or 'begin'})"
+        elif event.get("gate"):
+            self.text = str(event["gate"])
+        self.write()
+        self.renew()
+
+    def write(self) -> None:
+        if not self.path:
+            return
+        now = self.clock()
+        text = " ".join(_mask.mask(self.text, self.secrets).split())[:TEXT_MAX]
+        doc = {"time": self.wall(), "state": self.state, "elapsed": round(now - self.start, 1),
+               "state_elapsed": round(now - self.state_start, 1), "event": text}
+        try:
+            _state_files.write_atomic(self.path, json.dumps(doc), 0o600, sync=False)
+        except OSError:
+            pass  # progress lines only: the switch goes on
+
+    def renew(self, force: bool = False) -> None:
+        if not self.lock_file or (not force and self.clock() - self.renewed < RENEW_EVERY):
+            return
+        self.renewed = self.clock()
+        try:
+            result = _deploy_lock.renew(self.lock_file, self.run_id, self.lease)
+        except _deploy_lock.LockError as exc:
+            self.module.warn(f"the deploy lock could not be renewed: {exc}")
+            return
+        if result["lost"] and not self.lost:
+            holder = result.get("holder")
+            self.lost = _deploy_lock.describe(holder) if holder else "nobody (it was removed)"
+            self.module.warn(f"this run lost the deploy lock {self.lock_file} while switching; it is held by {self.lost}")
+
+
+def settings(p: dict) -> _switch.Settings:
+    return _switch.Settings(
+        service=p["service"], service_dir=p["service_dir"], files=p["files"], staging=p["staging"],
+        baseline_staging=p["baseline_staging"], variant=p["variant"], baseline=p["baseline"], url=p["url"],
+        run_id=p["run_id"], host=p["inventory_host"], gpus=list(p["gpu_devices"]), check_gpus=p["check_gpus"],
+        release_threshold_mib=p["release_threshold_mib"], release_timeout=p["release_timeout"],
+        gate_settle=p["gate_settle"], drain_timeout=p["drain_timeout"], drain_interval=p["drain_interval"],
+        perf_gate=p["perf_gate"], perf_load=p["perf_load"], perf_thresholds=p["perf_thresholds"],
+        keep_attempts=p["keep_attempts"], changed_files=p["changed_files"], ddtree_manifest=p["ddtree_manifest"],
+        lock=p["lock"], rotation=p["rotation"], plan_tolerance=p["plan_tolerance"],
+        controller_user=p["controller_user"])
+
+
+def claim_lock(module: AnsibleModule) -> None:
+    """The job holds this run's lock from here: its pid in it, the lease renewed. A lost lock stops the switch."""
+    p = module.params
+    try:
+        result = _deploy_lock.claim_for_job(p["lock_file"], p["run_id"], os.getpid(), p["lock_lease"])
+    except _deploy_lock.LockError as exc:
+        module.fail_json(msg=f"the deploy lock: {exc}; nothing was changed")
+    if result["lost"]:
+        holder = result.get("holder")
+        module.fail_json(msg=(f"this run ({p['run_id']}) no longer holds the deploy lock {p['lock_file']} "
+                              f"(held by {_deploy_lock.describe(holder) if holder else 'nobody'}); nothing was changed"))
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(
+            service=dict(type="str", required=True),
+            service_dir=dict(type="path", required=True),
+            files=dict(type="list", elements="dict", required=True),
+            staging=dict(type="path", required=True),
+            baseline_staging=dict(type="path", required=True),
+            variant=dict(type="dict", required=True),
+            baseline=dict(type="dict", required=True),
+            url=dict(type="str", required=True),
+            run_id=dict(type="str", required=True),
+            inventory_host=dict(type="str", default="localhost"),
+            gpu_devices=dict(type="list", elements="int", default=[]),
+            check_gpus=dict(type="bool", default=True),
+            release_threshold_mib=dict(type="int", default=1024),
+            release_timeout=dict(type="float", default=120),
+            gate_settle=dict(type="float", default=5),
+            gate_interval=dict(type="float", default=1),
+            gate_generations=dict(type="int", default=1),
+            gate_stall_budgets=dict(type="dict", default={}),
+            drain_timeout=dict(type="float", default=60),
+            drain_interval=dict(type="float", default=1),
+            perf_gate=dict(type="str", default="off", choices=["off", "report", "enforce"]),
+            perf_load=dict(type="dict", default={}),
+            perf_thresholds=dict(type="dict", default={}),
+            keep_attempts=dict(type="int", default=20),
+            changed_files=dict(type="list", elements="str"),
+            ddtree_manifest=dict(type="path"),
+            textfile_dir=dict(type="path"),
+            lock_file=dict(type="path"),
+            lock_lease=dict(type="int", default=1800),
+            lock=dict(type="dict"),
+            rotation=dict(type="dict"),
+            plan_tolerance=dict(type="float"),
+            controller_user=dict(type="str"),
+            api_key=dict(type="str", no_log=True),
+            progress_file=dict(type="path"),
+            progress_interval=dict(type="float", default=15),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    secrets = tuple(s for s in (p["api_key"],) if s)
+    if p["lock_lease"] < 60:
+        module.fail_json(msg=f"lock_lease must be at least 60 seconds, got {p['lock_lease']}")
+    progress = Progress(module, secrets)
+    gate_options = {"interval": p["gate_interval"], "generations": p["gate_generations"],
+                    "stall_budgets": p["gate_stall_budgets"] or None}
+    host = _switch.SystemHost(p["service"], module.run_command, api_key=p["api_key"], gate_options=gate_options,
+                              progress=progress)
+    try:
+        switch = _switch.Switch(settings(p), host)
+    except _switch.SwitchError as exc:
+        module.fail_json(msg=f"nothing was changed: {exc}")
+    if module.check_mode:
+        try:
+            plan = switch.plan()
+        except _switch.HostError as exc:
+            module.fail_json(msg=f"could not inspect the service: {exc}")
+        module.exit_json(**plan)
+    if p["lock_file"]:
+        claim_lock(module)
+    try:
+        result = switch.run()
+    except (_switch.HostError, _switch.SwitchError) as exc:
+        # a host error outside the steps that roll back (inspect, decide, the record): the marker says where it stopped
+        module.fail_json(msg=f"the switch stopped in {switch.state.value if switch.state else 'its start'}: {exc}",
+                         state=switch.state.value if switch.state else None, before=switch.before, reasons=switch.reasons,
+                         trail=[list(t) for t in switch.trail])
+    textfile_changed = False
+    if p["textfile_dir"] and result["record"] is not None:
+        try:
+            textfile_changed = _deploy_metrics.refresh(p["service_dir"], p["service"], p["textfile_dir"])
+        except OSError as exc:
+            module.warn(f"the deploy state for node_exporter was not written to {p['textfile_dir']}: {exc}")
+    check = (result["record"] or {}).get("plan_check") or {}
+    if check.get("differs"):
+        module.warn(f"{p['inventory_host']}: {p['variant'].get('variant')}: {check['msg']} (tolerance {check['tolerance']:.0%}): "
+                    "the memory plan does not describe this server; check the planner's inputs for this release")
+    for warning in result["warnings"]:
+        module.warn(warning)
+    module.exit_json(
+        changed=result["changed"] or textfile_changed, failed=result["failed"], msg=result["msg"],
+        outcome=result["outcome"], record=result["record"], summary=result["summary"], before=result["before"],
+        reasons=result["reasons"], trail=[list(t) for t in result["trail"]], attempt=result["attempt"],
+        warnings_text=result["warnings"], textfile_changed=textfile_changed)
+
+
+if __name__ == "__main__":
+    main()
