@@ -1,59 +1,66 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) inferops.sglang contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""TEST DEVICE of molecule/deploy (faults.yml): SIGKILL this ansible-playbook at a named point.
+"""TEST DEVICE of molecule/deploy (faults.yml): kill the controller, or the switch's job on the
+host, when the switch on the host reaches a named state.
 
-It plays a controller that dies in the middle of a deploy (an AWX job pod
-killed, an operator's laptop losing power): the ansible-playbook process and
-every process it started (its forked workers and their connection processes)
-get SIGKILL at once, so no task, handler, rescue or callback after the kill
-point runs. What runs on the target host is left as a dead controller leaves
-it (a module already running there goes on until it ends).
+The switch runs as a job on the host (sglang_switch) whose marker, switch.json,
+names the state entered at every transition from the pre-gate on
+(plugins/module_utils/_switch.py). A thread of this callback reads the marker
+every 0.2 s from the playbook's start, and when the switch has entered the named
+state or one after it (in _switch.State's order), it kills:
+
+- ``controller``: this ansible-playbook process and every process it started
+  (SIGKILL at once: no task, handler, rescue or callback after that point runs),
+  as an AWX pod evicted or a laptop closed; the job on the host goes on;
+- ``job``: the switch's job on the host (SIGKILL, through INFEROPS_FAULT_KILL_JOB),
+  as a host reboot or an OOM kill would end it; the controller goes on and sees
+  the job lost.
 
 Never enable it outside the fault matrix. It does nothing unless
-INFEROPS_FAULT_KILL_TASK is set:
+INFEROPS_FAULT_KILL_STATE is set:
 
-  INFEROPS_FAULT_KILL_TASK   a Python regular expression searched in the task's
-                             name, without the role prefix, as the banner shows
-                             it ("Gate shadow-balanced"); the first task that
-                             matches is the kill point
-  INFEROPS_FAULT_KILL_AT     "after": when that task has completed (ok or
-                             changed; a loop task: after its last item), before
-                             the next task starts; "during": INFEROPS_FAULT_KILL_DELAY
-                             seconds after the task starts (default "after")
-  INFEROPS_FAULT_KILL_DELAY  seconds, for "during" (default 2)
+  INFEROPS_FAULT_KILL_STATE   the state's name (_switch.State: stop, install, gate, restore_gate, ...)
+  INFEROPS_FAULT_KILL_WHO     "controller" (default) or "job"
+  INFEROPS_FAULT_KILL_MARKER  a JSON argv that prints the host's switch.json (podman exec HOST cat PATH)
+  INFEROPS_FAULT_KILL_JOB     a JSON argv that kills the job on the host (for "job")
 
 It says on stderr where it kills ("inferops fault_kill: SIGKILL ..."), so the
-test can tell the kill came at the named point. A "during" kill point whose
-task ends before the delay, and an "after" one that is skipped or fails, are
-missed: it says so and the run goes on (the test then sees no kill).
+test can tell the kill came at the named state; a switch that ended without
+reaching it is missed and the test sees no kill.
 
 Enable it for one run with ANSIBLE_CALLBACK_PLUGINS=<this directory> and
 ANSIBLE_CALLBACKS_ENABLED=inferops.sglang.deploy_summary,fault_kill.
-Standard library only.
 """
 
 from __future__ import annotations
 
+import json
 import os
-import re
 import signal
+import subprocess
 import sys
 import threading
+import time
 
 from ansible.plugins.callback import CallbackBase
+
+from ansible_collections.inferops.sglang.plugins.module_utils._switch import State
 
 DOCUMENTATION = r"""
 name: fault_kill
 type: aggregate
-short_description: "TEST DEVICE: SIGKILL ansible-playbook at a named task (molecule/deploy fault matrix)"
+short_description: "TEST DEVICE: SIGKILL ansible-playbook or the switch's host job at a named state (molecule/deploy fault matrix)"
 description:
-  - Kills its own ansible-playbook process and every process it started with SIGKILL, after a named task
-    completes or a few seconds into it, as a dying controller would. Configured by environment variables only
-    (see the module's docstring); does nothing when INFEROPS_FAULT_KILL_TASK is unset.
+  - Kills its own ansible-playbook process and every process it started, or the switch's job on the host, when the
+    host's switch marker names a state at or after the named one. Configured by environment variables only (see the
+    module's docstring); does nothing when INFEROPS_FAULT_KILL_STATE is unset.
 requirements:
   - enable in configuration
 """
+
+ORDER = [state.value for state in State]
+POLL = 0.2
 
 
 def _descendants(root: int) -> list[int]:
@@ -87,19 +94,15 @@ class CallbackModule(CallbackBase):
 
     def __init__(self) -> None:
         super().__init__()
-        pattern = os.environ.get("INFEROPS_FAULT_KILL_TASK", "")
-        self._pattern = re.compile(pattern) if pattern else None
-        self._at = os.environ.get("INFEROPS_FAULT_KILL_AT", "after")
-        if self._at not in ("after", "during"):
-            raise ValueError(f"INFEROPS_FAULT_KILL_AT must be 'after' or 'during', got {self._at!r}")
-        self._delay = float(os.environ.get("INFEROPS_FAULT_KILL_DELAY", "2"))
-        self._armed: str | None = None  # the matching task's uuid, once it started
-        self._timer: threading.Timer | None = None
-        self._done = False
-
-    @staticmethod
-    def _name(task) -> str:
-        return str(task.name or task.get_name())
+        self._state = os.environ.get("INFEROPS_FAULT_KILL_STATE", "")
+        if self._state and self._state not in ORDER:
+            raise ValueError(f"INFEROPS_FAULT_KILL_STATE must be one of {', '.join(ORDER)}, got {self._state!r}")
+        self._who = os.environ.get("INFEROPS_FAULT_KILL_WHO", "controller")
+        if self._who not in ("controller", "job"):
+            raise ValueError(f"INFEROPS_FAULT_KILL_WHO must be 'controller' or 'job', got {self._who!r}")
+        self._marker = json.loads(os.environ.get("INFEROPS_FAULT_KILL_MARKER", "[]"))
+        self._job = json.loads(os.environ.get("INFEROPS_FAULT_KILL_JOB", "[]"))
+        self._thread: threading.Thread | None = None
 
     def _note(self, text: str) -> None:
         sys.stdout.flush()
@@ -117,44 +120,29 @@ class CallbackModule(CallbackBase):
                 pass
         os.kill(me, signal.SIGKILL)
 
-    def v2_playbook_on_task_start(self, task, is_conditional):
-        if self._pattern is None or self._done or self._armed:
-            return
-        name = self._name(task)
-        if not self._pattern.search(name):
-            return
-        self._armed = task._uuid
-        if self._at == "during":
-            where = f"{self._delay:g} s into task '{name}'"
-            self._timer = threading.Timer(self._delay, self._kill, args=(where,))
-            self._timer.daemon = True
-            self._timer.start()
+    def _reached(self) -> str | None:
+        done = subprocess.run(self._marker, capture_output=True, text=True, check=False)
+        try:
+            state = json.loads(done.stdout).get("state") if done.returncode == 0 else None
+        except (ValueError, AttributeError):
+            return None
+        if state in ORDER and ORDER.index(state) >= ORDER.index(self._state):
+            return state
+        return None
 
-    def _ended(self, result, completed: bool) -> None:
-        if not self._armed or self._done or result._task._uuid != self._armed:
-            return
-        name = self._name(result._task)
-        self._done = True
-        if self._at == "after" and completed:
-            self._kill(f"after task '{name}' completed")
-        elif self._at == "during" and self._timer is not None:
-            self._timer.cancel()
-            self._note(f"missed: task '{name}' ended before {self._delay:g} s; not killed")
-        else:
-            self._note(f"missed: task '{name}' did not complete; not killed")
+    def _watch(self) -> None:
+        while True:
+            state = self._reached()
+            if state is not None:
+                where = f"the switch on the host in state {state} (asked: {self._state})"
+                if self._who == "controller":
+                    self._kill(where)
+                done = subprocess.run(self._job, capture_output=True, text=True, check=False)
+                self._note(f"SIGKILL the switch's job on the host, {where}: exit {done.returncode}")
+                return
+            time.sleep(POLL)
 
-    def v2_runner_on_ok(self, result):
-        self._ended(result, True)
-
-    def v2_runner_on_failed(self, result, ignore_errors=False):
-        self._ended(result, False)
-
-    def v2_runner_on_skipped(self, result):
-        # A skipped task is no kill point: wait for the next task that matches
-        if self._armed and not self._done and result._task._uuid == self._armed:
-            if self._timer is not None:
-                self._timer.cancel()
-            self._armed, self._timer = None, None
-
-    def v2_runner_on_unreachable(self, result):
-        self._ended(result, False)
+    def v2_playbook_on_start(self, playbook):
+        if self._state and self._thread is None:
+            self._thread = threading.Thread(target=self._watch, daemon=True)
+            self._thread.start()
