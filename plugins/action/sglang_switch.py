@@ -56,7 +56,14 @@ def async_limit(args: dict) -> int | None:
     """async_wrapper's limit: every wait the switch can make, summed, plus the margin; None
     where a setting is not a number (the module then says why, as a plain call)."""
     waits = [_number(args.get(k)) if args.get(k) is not None else v for k, v in DEFAULTS.items()]
-    gates = [_gate_timeout(args.get("variant")), _gate_timeout(args.get("baseline"))]
+    # the restored service is gated with its own timeout: the baseline's, or the running or
+    # saved known-good service's (restore_gate_timeout, from the inspection), whichever is longer
+    restore = [_gate_timeout(args.get("baseline"))]
+    if args.get("restore_gate_timeout") not in (None, ""):
+        restore.append(_number(args.get("restore_gate_timeout")))
+    if any(x is None for x in restore):
+        return None
+    gates = [_gate_timeout(args.get("variant")), max(restore)]
     load = args.get("perf_load") if isinstance(args.get("perf_load"), dict) else {}
     budget = _number(load.get("budget")) if load.get("budget") is not None else 600.0
     parts = waits + gates + [budget]

@@ -1,8 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) inferops.sglang contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The switch of one host's SGLang service as one state machine (a prototype: the role
-still switches with roles/sglang_service/tasks/switch.yml and rollback.yml).
+"""The switch of one host's SGLang service as one state machine, run on the host by the
+sglang_switch module (a job that finishes by itself when its controller dies).
 
 ``Switch`` walks explicit states, one method per state; each method does its step and
 returns an event, and ``TRANSITIONS`` (state, event) -> next state is the one place
@@ -23,11 +23,10 @@ The decisions are _deploy's as they are (switch_reasons, differing, restore_plan
 outcome, record, summary_text), and so is the record: the one _deploy.record() makes
 from this object's own fields. Rendering stays in Ansible: the variant's files and the
 baseline's are in the run's staging directories before the switch starts; nothing here
-templates. The rotation hooks stay on the controller, around the module that will run
-this (docs/switch-state-machine.md lists what remains to wire it in).
+templates. The rotation hooks stay on the controller, around the module
+(docs/switch-state-machine.md tells the states, the table and what surrounds the job).
 
-Standard library and the collection's module_utils only: no Ansible import, so the
-host job can later run it as a plain script.
+Standard library and the collection's module_utils only: no Ansible import.
 """
 
 from __future__ import annotations
@@ -189,8 +188,7 @@ class Host(Protocol):
     def makedirs(self, path: str, mode: int) -> None: ...
     def gate(self, url: str, api_key_file: str | None, timeout: float, settle: float) -> dict: ...
     def drain(self, url: str, api_key_file: str | None, timeout: float, interval: float) -> dict: ...
-    def bench(self, url: str, api_key_file: str | None, load: dict, baseline: dict | None,
-              thresholds: dict) -> dict: ...
+    def bench(self, url: str, api_key_file: str | None, load: dict, baseline: dict | None, thresholds: dict) -> dict: ...
     def clock(self) -> float: ...                           # monotonic seconds: waits
     def time(self) -> float: ...                            # epoch seconds: stamps
     def sleep(self, seconds: float) -> None: ...
@@ -660,8 +658,14 @@ class Switch:
         if self.s.perf_gate == "off":
             return "skipped"
         known = self.perf_known or {}
-        result = self.host.bench(self.s.url, self._config_file(), self._perf_load(), known.get("figures") or None,
-                                 self._thresholds())
+        try:
+            result = self.host.bench(self.s.url, self._config_file(), self._perf_load(), known.get("figures") or None,
+                                     self._thresholds())
+        except HostError as exc:
+            if self.perf_mode() == "enforce":
+                raise
+            # report mode records what happened and never rolls back for it
+            result = {"passed": False, "figures": None, "msg": f"the benchmark did not run: {exc}"}
         self.perf_result = result
         if result.get("passed"):
             return "passed"
@@ -841,18 +845,29 @@ def inspect(host: Host, service: str, service_dir: str, files: list[dict]) -> di
         "known_good_argv": (known_record or {}).get("argv") if known_good else None,
         "sglang_version": (current or {}).get("sglang_version"),
         "gpu_devices": (current or {}).get("gpu_devices"),
+        # what a restore of either would be gated with (the action plugin's time limit)
+        "gate_timeout": _params_of(current).get("gate_timeout"),
+        "known_good_gate_timeout": _params_of(known_record).get("gate_timeout") if known_good else None,
     }
 
 
-def amend_rotation(host: Host, service_dir: str, record: dict, rotation: dict) -> tuple[dict, str]:
+def _params_of(current: dict | None) -> dict:
+    params = (current or {}).get("params")
+    return params if isinstance(params, dict) else {}
+
+
+def amend_rotation(host: Host, service_dir: str, record: dict, rotation: dict) -> tuple[dict, str, bool]:
     """This run's record with the rotation hooks' results (the in hook runs on the controller
     after the switch's job recorded it), and its summary. The record's line in history.jsonl
-    (the last with this run's id) is rewritten in one step; an unchanged host has no line."""
+    (the last with this run's id) is rewritten in one step; an unchanged host has no line.
+    Returns the record, its summary and whether a line was rewritten."""
     amended = dict(record, rotation=_deploy.rotation_of(rotation))
+    written = False
     path = posixpath.join(service_dir, HISTORY)
     data = host.read_bytes(path)
     if data is not None and record.get("outcome") != "unchanged":
-        lines = data.decode("utf-8").splitlines()
+        # an older line that is not UTF-8 (a torn write) is kept byte for byte
+        lines = data.decode("utf-8", "surrogateescape").splitlines()
         for index in range(len(lines) - 1, -1, -1):
             try:
                 line = json.loads(lines[index])
@@ -860,9 +875,10 @@ def amend_rotation(host: Host, service_dir: str, record: dict, rotation: dict) -
                 continue
             if isinstance(line, dict) and line.get("run_id") == record.get("run_id"):
                 lines[index] = json.dumps(dict(line, rotation=amended["rotation"]), sort_keys=False)
-                host.write_atomic(path, ("\n".join(lines) + "\n").encode("utf-8"), 0o600)
+                host.write_atomic(path, ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"), 0o600)
+                written = True
                 break
-    return amended, _deploy.summary_text(amended, service_dir)
+    return amended, _deploy.summary_text(amended, service_dir), written
 
 
 # -- the real host --------------------------------------------------------------------------------------------------

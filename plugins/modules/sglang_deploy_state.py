@@ -14,7 +14,7 @@ description:
     (M(inferops.sglang.sglang_switch), which runs the switch as one state machine).
   - O(step=inspect) reads the service's state before a deploy (active, loaded, the variant recorded as running, an
     interrupted switch's marker, a saved known-good service), as the switch's first state reads it. Read-only.
-  - O(step=amend) adds the rotation hooks' results (O(rotation)) to this run's O(record): the in hook runs on the
+  - O(step=amend) adds the rotation hooks' results (O(rotation)) to this run's O(record). The in hook runs on the
     controller after the switch's job has recorded the switch, so its line in C(history.jsonl) (the last with the
     record's run id) is rewritten with them in one step, and the summary is made again. A record whose host is
     unchanged has no line and is only returned.
@@ -71,7 +71,8 @@ before:
   description: O(step=inspect). C(active), C(loaded), C(variant) (recorded as running, or null), C(interrupted),
     C(argv) and C(url) (its recorded flags and the URL they give, or null), C(api_key_file) (the installed --config file, or null),
     C(marker) (the interrupted switch's marker), C(known_good) (a known-good unit is saved), C(known_good_variant), C(known_good_argv),
-    C(sglang_version) and C(gpu_devices) (as recorded).
+    C(sglang_version) and C(gpu_devices) (as recorded), C(gate_timeout) and C(known_good_gate_timeout) (the running and the
+    saved service's own gate timeouts, or null).
   returned: step is inspect
   type: dict
 record:
@@ -113,10 +114,10 @@ def main() -> None:
             module.exit_json(changed=False, before=_switch.inspect(host, p["unit"], p["service_dir"], p["files"]))
         if module.check_mode:
             module.exit_json(changed=False, record=p["record"], summary="")
-        record, summary = _switch.amend_rotation(host, p["service_dir"], p["record"], p["rotation"] or {})
+        record, summary, written = _switch.amend_rotation(host, p["service_dir"], p["record"], p["rotation"] or {})
     except _switch.HostError as exc:
         module.fail_json(msg=str(exc))
-    module.exit_json(changed=record.get("outcome") != "unchanged", record=record, summary=summary)
+    module.exit_json(changed=written, record=record, summary=summary)
 
 
 if __name__ == "__main__":

@@ -10,22 +10,22 @@ module: sglang_switch
 short_description: Switch a host's SGLang service to a staged variant behind the readiness gate, rolling back on failure
 version_added: 0.3.0
 description:
-  - Runs the whole switch of one systemd SGLang service on the host, as one state machine
-    (C(plugins/module_utils/_switch.py), whose docstring and C(docs/switch-state-machine.md) tell each state):
-    inspect the service, decide (the staged files against the installed ones, an interrupted switch, an inactive
+  - Runs the whole switch of one systemd SGLang service on the host as one state machine
+    (C(plugins/module_utils/_switch.py); C(docs/switch-state-machine.md) tells each state). In order, it does these.
+    Inspect the service, decide (the staged files against the installed ones, an interrupted switch, an inactive
     unit), drain the running service, measure it for the performance gate, prove it healthy and save it as known-good,
     stop it, wait for its GPUs' memory, install the staged files, start, the readiness gate, the performance gate, then
     commit, or stop the failed variant and restore the known-good service (else the baseline staged in
     O(baseline_staging)) and gate the restored service as itself; then the record (C(history.jsonl)), the summary
     and node_exporter's textfile.
   - The action plugin runs the module as an async job on the host and prints where it is (the state, the seconds in
-    it, the gate's last line) every O(progress_interval) seconds. A controller that dies does not stop the job: it
+    it, the gate's last line) every O(progress_interval) seconds. A controller that dies does not stop the job; it
     finishes the switch or the rollback and records it.
-  - From the pre-gate on, every state entered is written to the marker C(switch.json) in O(service_dir): a job that
+  - From the pre-gate on, every state entered is written to the marker C(switch.json) in O(service_dir). A job that
     did not finish (a host rebooted) leaves it, and the next switch, finding it, switches again and records
     C(repaired_interrupted_run).
   - With O(lock_file), the job writes its pid and the host's boot id into this run's deploy lock (see
-    M(inferops.sglang.sglang_deploy_lock)) and renews its lease as it goes: a second deploy waits for the job even when
+    M(inferops.sglang.sglang_deploy_lock)) and renews its lease as it goes, so a second deploy waits for the job even when
     this job's controller is gone, and a job that lost its lock does not start.
   - Nothing is rendered here; the role renders the variant into O(staging) and, for a first deploy, the baseline into
     O(baseline_staging), before the call.
@@ -175,6 +175,12 @@ options:
   api_key:
     description: This run's API key, sent where no C(--config) file holds one; masked in every result.
     type: str
+  restore_gate_timeout:
+    description:
+      - The longest gate timeout a restore may use besides the baseline's (the running and the saved known-good
+        service's, as M(inferops.sglang.sglang_deploy_state) inspected them). Only the action plugin reads it, for the
+        job's time limit; the restore itself gates with the restore plan's.
+    type: float
   progress_file:
     description: Where the job writes its progress (JSON); set by the action plugin.
     type: path
@@ -378,6 +384,7 @@ def main() -> None:
             plan_tolerance=dict(type="float"),
             controller_user=dict(type="str"),
             api_key=dict(type="str", no_log=True),
+            restore_gate_timeout=dict(type="float"),
             progress_file=dict(type="path"),
             progress_interval=dict(type="float", default=15),
         ),

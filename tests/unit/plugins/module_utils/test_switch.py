@@ -77,6 +77,7 @@ class FakeHost:
         self.healthy: set[str] = {"nextn", "ddtree", "plain"}
         self.urls = {v["variant"]: _deploy.url_of(v["argv"]) for v in (NEXTN, DDTREE, PLAIN)}
         self.gate_script: dict[int, bool] = {}  # gate call number (from 1) -> forced readiness
+        self.gate_answers: dict[int, dict] = {}  # gate call number -> its whole result (a gate that failed itself)
         self.gate_hook = None                 # called with the host before each gate
         self.figures: dict[str, dict | None] = {"nextn": FAST, "ddtree": FAST, "plain": FAST}
         self.drain_error: str | None = None
@@ -147,7 +148,7 @@ class FakeHost:
         busy = self.gpu_busy is None or self.gpu_busy > 0
         if self.gpu_busy:
             self.gpu_busy -= 1
-        return [BUSY_MIB if busy else FREE_MIB for _ in gpus]
+        return [BUSY_MIB if busy else FREE_MIB for dummy in gpus]
 
     def read_bytes(self, path: str) -> bytes | None:
         return self.data(path)
@@ -191,6 +192,8 @@ class FakeHost:
         if self.gate_hook:
             self.gate_hook(self)
         self.sleep(12)
+        if self.counts["gate"] in self.gate_answers:
+            return dict(self.gate_answers[self.counts["gate"]])
         forced = self.gate_script.get(self.counts["gate"])
         who = self.serving
         if forced is None:
@@ -262,7 +265,8 @@ def stage(host: FakeHost, v: dict, directory: str) -> None:
         host.put(f"{directory}/{name}", data)
 
 
-def settings(run_id: str = "run1", v: dict = NEXTN, **kw) -> _switch.Settings:
+def settings(run_id: str = "run1", v: dict | None = None, **kw) -> _switch.Settings:
+    v = NEXTN if v is None else v
     base = dict(service=SERVICE, service_dir=SDIR, files=FILES, staging=f"{SDIR}/staging/{run_id}",
                 baseline_staging=f"{SDIR}/staging/{run_id}/baseline", variant=v, baseline=PLAIN,
                 url=_deploy.url_of(v["argv"]), run_id=run_id, host="gpu1", gpus=[0, 1], release_timeout=10,
@@ -272,13 +276,15 @@ def settings(run_id: str = "run1", v: dict = NEXTN, **kw) -> _switch.Settings:
     return _switch.Settings(**base)
 
 
-def prepare(host: FakeHost, run_id: str = "run1", v: dict = NEXTN) -> None:
+def prepare(host: FakeHost, run_id: str = "run1", v: dict | None = None) -> None:
     """What Ansible does before the module: the variant and the baseline rendered into staging."""
+    v = NEXTN if v is None else v
     stage(host, v, f"{SDIR}/staging/{run_id}")
     stage(host, PLAIN, f"{SDIR}/staging/{run_id}/baseline")
 
 
-def run(host: FakeHost, run_id: str = "run1", v: dict = NEXTN, stop_at: State | None = None, **kw) -> dict:
+def run(host: FakeHost, run_id: str = "run1", v: dict | None = None, stop_at: State | None = None, **kw) -> dict:
+    v = NEXTN if v is None else v
     prepare(host, run_id, v)
     return _switch.Switch(settings(run_id, v, **kw), host, stop_at=stop_at).run()
 
@@ -363,6 +369,31 @@ def test_same_files_but_not_serving_switches_again_without_a_drain():
     assert ("steady", "not_ready", "pregate") in result["trail"]
     assert host.kinds("drain", "gate", "stop", "start") == ["gate", "gate", "stop", "start", "gate"]
     serving_truth(host, result["record"])
+
+
+def test_decide_compares_this_runs_staging_with_the_installed_files():
+    host = FakeHost()
+    install(host, NEXTN)
+    prepare(host, "run1")
+    assert _switch.Switch(settings("run1"), host).plan()["switch"] is False
+    # another run's staging is not this run's: run2 staged nothing
+    plan = _switch.Switch(settings("run2"), host).plan()
+    assert plan["switch"] and plan["reasons"] == ["differs from what is installed: sglang-qwen.service, "
+                                                  "sglang-qwen.yaml, sglang-qwen.logging.json"]
+    host.put(f"{SDIR}/staging/run1/sglang-qwen.yaml", b'api-key: "rotated"\nport: 30000\n')
+    assert _switch.Switch(settings("run1"), host).plan()["reasons"] == ["differs from what is installed: sglang-qwen.yaml"]
+
+
+@pytest.mark.parametrize("installed", [NEXTN, DDTREE], ids=["unchanged", "switched"])
+def test_the_record_empties_staging_of_killed_runs_and_of_the_older_layout(installed):
+    host = FakeHost()
+    install(host, installed)
+    stage(host, DDTREE, f"{SDIR}/staging/killed-run")
+    host.put(f"{SDIR}/staging/{SERVICE}", b"the older shared layout")
+    result = run(host)
+    assert result["outcome"] == ("unchanged" if installed is NEXTN else "switched")
+    assert host.listdir(f"{SDIR}/staging") == [] and host.under(f"{SDIR}/staging") == []
+    assert (host.data(HISTORY) is None) == (installed is NEXTN)
 
 
 # -- switched -------------------------------------------------------------------------------------------------------
@@ -543,6 +574,163 @@ def test_a_host_failure_in_the_switch_rolls_back_naming_the_state(ddtree_host):
     serving_truth(ddtree_host, rec)
 
 
+def test_a_gate_that_could_not_run_rolls_back_with_its_reason_and_never_the_key(ddtree_host):
+    """The gate refuses to start (the run's key has a newline no HTTP header can carry): no failure,
+    no cause, only its reason. The rollback runs and the record keeps the reason as the gate's."""
+    secret = "s3cr3t\nLD_PRELOAD=/tmp/x.so"
+    with pytest.raises(HostError) as refused:
+        _switch.SystemHost(SERVICE, Commands(), api_key=secret).gate(URL, None, 5, 0)
+    reason = str(refused.value)
+    assert "the API key has control characters" in reason and "s3cr3t" not in reason
+    ddtree_host.fail = {("gate", 2): reason}  # the pre-gate ran; the variant's gate cannot
+    result = run(ddtree_host)
+    rec = result["record"]
+    assert result["outcome"] == "rolled_back" and rec["rollback"]["ready"]
+    assert ("gate", "not_ready", "rollback_stop") in result["trail"]
+    assert (rec["verdict"]["ready"], rec["verdict"]["failure"], rec["verdict"]["cause"]) == (False, "task_failed", None)
+    assert rec["verdict"]["msg"] == f'task "gate" failed: nextn is not ready: the gate did not run: {reason}'
+    assert f"Why: {rec['verdict']['msg']}." in result["summary"].splitlines()
+    assert history(ddtree_host) == [rec] and "s3cr3t" not in json.dumps(result)
+    serving_truth(ddtree_host, rec)
+
+
+def test_a_gate_that_failed_itself_without_a_verdict_rolls_back_with_its_msg(ddtree_host):
+    crash = "Unsupported parameters for (inferops.sglang.wait_for_sglang) module: stall"
+    ddtree_host.gate_answers = {2: {"failed": True, "msg": crash}}  # no ready, failure nor cause
+    result = run(ddtree_host)
+    rec = result["record"]
+    assert result["outcome"] == "rolled_back" and rec["running"] == "ddtree"
+    assert rec["verdict"]["failure"] == "task_failed" and rec["verdict"]["ready"] is False
+    assert rec["verdict"]["msg"] == f'task "gate" failed: nextn is not ready: {crash}'
+    serving_truth(ddtree_host, rec)
+
+
+def test_a_restore_gate_that_failed_itself_is_a_recorded_rollback_failure(ddtree_host):
+    ddtree_host.healthy = {"ddtree"}
+    ddtree_host.gate_answers = {3: {"failed": True, "msg": "the gate crashed: KeyError 'server_info'"}}
+    result = run(ddtree_host)
+    rec = result["record"]
+    assert result["outcome"] == "rollback_failed" and history(ddtree_host) == [rec]
+    assert rec["verdict"]["failure"] == "unit_failed"  # the variant's own verdict, kept
+    assert rec["rollback"] == {"variant": "ddtree", "source": "known_good", "ready": False, "failure": None,
+                               "cause": None, "elapsed": None, "msg": "the gate crashed: KeyError 'server_info'",
+                               "release_warning": None}
+    assert "did not come back: the gate crashed: KeyError 'server_info'" in result["summary"]
+
+
+# -- the drain and the rotation hooks' results ---------------------------------------------------------------------
+
+OUT_OK = {"ok": True, "msg": "HTTP 204"}
+IN_OK = {"ok": True, "msg": "HTTP 204"}
+IN_FAILED = {"ok": False, "msg": "HTTP 503 (expected 200): Service Unavailable"}
+
+
+def test_the_drain_and_the_out_hooks_result_are_recorded_and_the_in_hooks_amends_them(ddtree_host):
+    host = ddtree_host
+    drained = []
+    real_drain = host.drain
+    host.drain = lambda *args: drained.append(real_drain(*args)) or drained[-1]
+    result = run(host, rotation={"out": dict(OUT_OK), "noise": {"ok": 1}})
+    rec = result["record"]
+    assert [c for c in host.calls if c[0] == "drain"] == [("drain", DDTREE_URL, CONFIG, 60.0, 1.0)]
+    assert host.calls.index(("drain", DDTREE_URL, CONFIG, 60.0, 1.0)) < host.calls.index(("stop", SERVICE))
+    assert rec["drain"] == {k: drained[0][k] for k in _deploy.DRAIN_KEYS} and "polls" not in rec["drain"]
+    assert rec["rotation"] == {"out": OUT_OK}  # Settings.rotation, as the out hook left it
+    assert history(host) == [rec]
+    assert result["summary"].splitlines()[-1] == (f"Before the stop: {drained[0]['msg']}. "
+                                                  "The host is OUT of rotation (the in hook did not run).")
+    # the in hook ran on the controller after the job: the record's line amended, the summary made again
+    amended, summary, written = _switch.amend_rotation(host, SDIR, rec, {"out": OUT_OK, "in": IN_OK})
+    assert written and amended == dict(rec, rotation={"out": OUT_OK, "in": IN_OK})
+    assert history(host) == [amended] and host.mode(HISTORY) == 0o600
+    assert summary == _deploy.summary_text(amended, SDIR) and "OUT of rotation" not in summary
+
+
+def test_amend_rewrites_only_this_runs_line_and_an_unchanged_record_writes_nothing(ddtree_host):
+    host = ddtree_host
+    # an older run's line, and one of this run's id before its record (the last line of the id is the record's)
+    older = [json.dumps({"run_id": "run0", "outcome": "switched", "variant": "ddtree", "rotation": None}),
+             json.dumps({"run_id": "run1", "outcome": "rolled_back", "variant": "ddtree", "rotation": None})]
+    host.put(HISTORY, "".join(line + "\n" for line in older).encode())
+    rec = run(host, rotation={"out": OUT_OK})["record"]
+    amended, summary, written = _switch.amend_rotation(host, SDIR, rec, {"out": OUT_OK, "in": IN_FAILED})
+    assert written
+    lines = host.data(HISTORY).decode().splitlines()
+    assert lines[:2] == older and [json.loads(line) for line in lines[2:]] == [amended]
+    assert amended["rotation"]["in"] == IN_FAILED
+    assert summary.endswith(f"The host is OUT of rotation ({IN_FAILED['msg']}).")
+    # an unchanged host has no line of its own: its record is only returned, even with a line of its run id
+    data, writes = host.data(HISTORY), host.kinds("write")
+    again, text, written = _switch.amend_rotation(host, SDIR, dict(rec, outcome="unchanged"), {"out": OUT_OK, "in": IN_OK})
+    assert not written
+    assert host.data(HISTORY) == data and host.kinds("write") == writes
+    assert again["rotation"] == {"out": OUT_OK, "in": IN_OK} and "OUT of rotation" not in text
+
+
+def test_amend_keeps_a_damaged_older_line_as_it_is(ddtree_host):
+    host = ddtree_host
+    damaged = b'{"run_id": "run0", "note": "\xff\xfe"}\n'  # a torn write of an older run
+    host.put(HISTORY, damaged)
+    rec = run(host, rotation={"out": OUT_OK})["record"]
+    assert _switch.amend_rotation(host, SDIR, rec, {"out": OUT_OK, "in": IN_OK})[2]
+    data = host.data(HISTORY)
+    assert data.startswith(damaged)
+    assert json.loads(data[len(damaged):]) == dict(rec, rotation={"out": OUT_OK, "in": IN_OK})
+
+
+@pytest.mark.parametrize("rotation", [None, {}], ids=["none", "empty"])
+def test_without_rotation_hooks_the_drain_still_runs(ddtree_host, rotation):
+    result = run(ddtree_host, rotation=rotation, drain_timeout=30, drain_interval=0.2)
+    rec = result["record"]
+    assert [c for c in ddtree_host.calls if c[0] == "drain"] == [("drain", DDTREE_URL, CONFIG, 30, 0.2)]
+    assert rec["drain"]["drained"] is True and rec["drain"]["timeout"] == 30
+    assert rec["rotation"] is None and "rotation" not in result["summary"]
+    # the performance gate is off: nothing measured
+    assert ddtree_host.kinds("bench") == [] and rec["performance"] is None
+
+
+def test_the_running_service_is_measured_after_its_drain_on_its_own_url_and_key(ddtree_host):
+    host = ddtree_host
+    asked = []
+    real_bench = host.bench
+
+    def bench(url, api_key_file, load, baseline, thresholds):
+        asked.append((url, api_key_file, load, baseline))
+        return real_bench(url, api_key_file, load, baseline, thresholds)
+
+    host.bench = bench
+    rec = run(host, perf_gate="enforce", perf_load={"max_tokens": 64})["record"]
+    load = _bench.plan_load(8, 4096, {"max_tokens": 64})  # the variant's load, the operator's override laid over it
+    assert load["max_tokens"] == 64
+    assert asked == [(DDTREE_URL, CONFIG, load, None), (URL, CONFIG, load, FAST)]
+    # drained first, then measured, then pre-gated and stopped
+    assert [c[0] for c in host.calls if c[0] in ("drain", "bench", "gate", "stop")][:4] == \
+        ["drain", "bench", "gate", "stop"]
+    assert rec["performance"]["known_good"] == {
+        "variant": "ddtree", "source": "measured", "time": "2025-06-15T15:06:40Z", "figures": FAST,
+        "load": dict(load, rounds_measured=3), "seconds": 20.0, "error": None, "argv": DDTREE["argv"],
+        "sglang_version": "0.5.11", "gpu_devices": [0, 1]}
+    assert rec["outcome"] == "switched" and rec["performance"]["passed"]
+
+
+@pytest.mark.parametrize("how,error", [
+    ("requests fail", "round 1 failed: 16 of 16 requests (connection reset)"),
+    ("the benchmark cannot run", "api_key_file /etc/sglang/sglang-qwen.yaml: Permission denied"),
+])
+def test_a_known_good_that_cannot_be_measured_is_recorded_and_the_switch_goes_on(ddtree_host, how, error):
+    if how == "requests fail":
+        ddtree_host.figures["ddtree"] = None
+    else:
+        ddtree_host.fail = {("bench", 1): error}
+    result = run(ddtree_host, perf_gate="enforce")
+    rec = result["record"]
+    known = rec["performance"]["known_good"]
+    assert result["outcome"] == "switched" and ("measure", "measured", "pregate") in result["trail"]
+    assert known["source"] == "measured" and known["figures"] is None and known["error"] == error
+    assert [c for c in ddtree_host.calls if c[0] == "bench"][1] == ("bench", URL, None)  # nothing to compare with
+    assert f"not compared ({known['error']})" in rec["performance"]["msg"]
+
+
 # -- the performance gate -------------------------------------------------------------------------------------------
 
 def test_perf_enforce_slower_variant_is_rolled_back(ddtree_host):
@@ -606,6 +794,133 @@ def test_perf_gate_off_measures_nothing(ddtree_host):
     ddtree_host.figures["nextn"] = SLOW
     rec = run(ddtree_host, perf_gate="off")["record"]
     assert ddtree_host.kinds("bench") == [] and rec["outcome"] == "switched" and rec["performance"] is None
+
+
+def measured_record(v: dict, figures: dict, load: dict) -> dict:
+    """A history line of an earlier switch to ``v`` whose figures were measured under ``load``."""
+    return {"outcome": "switched", "variant": v["variant"], "time": "2025-06-01T00:00:00Z", "argv": v["argv"],
+            "sglang_version": v["sglang_version"], "gpu_devices": [0, 1],
+            "performance": {"measured_ok": True, "figures": figures, "load": load}}
+
+
+def test_perf_enforce_names_every_slower_figure_and_the_comparison(ddtree_host):
+    known = dict(FAST, output_tokens_per_s=105.0)
+    ddtree_host.put(HISTORY, (json.dumps(measured_record(DDTREE, known, _bench.plan_load(8, 4096, {}))) + "\n").encode())
+    slower = dict(FAST, output_tokens_per_s=50.0, ttft_p95=0.8)
+    ddtree_host.figures["nextn"] = slower
+    result = run(ddtree_host, perf_gate="enforce")
+    rec = result["record"]
+    comparison = _bench.compare(slower, known, {})
+    assert comparison["msg"].startswith("slower than the known-good service: output_tokens_per_s 50.0 vs 105.0")
+    assert result["outcome"] == "rolled_back" and ("perf", "failed", "rollback_stop") in result["trail"]
+    verdict = rec["verdict"]
+    assert (verdict["phase"], verdict["failure"], verdict["cause"]) == \
+        ("performance", "slower_than_known_good", "output_tokens_per_s,ttft_p95")
+    assert verdict["msg"] == f"nextn serves but failed the performance gate against the known-good ddtree on this host: " \
+                             f"{comparison['msg']}"
+    assert verdict["server"] == {"version": "0.5.11"}  # the readiness gate's, which passed
+    assert rec["performance"]["known_good"]["source"] == "history"
+    assert rec["performance"]["comparison"]["checks"] == comparison["checks"]
+    assert [c["figure"] for c in comparison["checks"] if not c["ok"]] == ["output_tokens_per_s", "ttft_p95"]
+    assert _deploy.summary_row(rec)[3] == "0.476x tok/s, output_tokens_per_s, ttft_p95 regressed"
+    serving_truth(ddtree_host, rec)
+
+
+def test_perf_enforce_a_variants_own_threshold_overrides_the_operators(ddtree_host):
+    ddtree_host.figures["nextn"] = SLOW  # half the known-good's tokens/s
+    strict = run(ddtree_host, perf_gate="enforce", perf_thresholds={"output_tokens_per_s": 0.6})["record"]
+    assert strict["outcome"] == "rolled_back"
+    assert strict["performance"]["comparison"]["checks"][0]["limit"] == ">= 0.6x"
+    host = FakeHost()
+    install(host, DDTREE)
+    host.figures["nextn"] = SLOW
+    own = variant("nextn", perf_thresholds={"output_tokens_per_s": 0.01})
+    result = run(host, v=own, perf_gate="enforce", perf_thresholds={"output_tokens_per_s": 0.6})
+    perf = result["record"]["performance"]
+    assert result["outcome"] == "switched" and perf["passed"] and perf["enforced"]
+    speed = perf["comparison"]["checks"][0]
+    assert (speed["figure"], speed["ratio"], speed["limit"], speed["ok"]) == ("output_tokens_per_s", 0.5, ">= 0.01x", True)
+
+
+def test_perf_enforce_a_first_deploy_failing_under_load_rolls_back_to_the_baseline():
+    host = FakeHost()
+    host.figures["nextn"] = None
+    result = run(host, perf_gate="enforce")
+    rec = result["record"]
+    assert result["outcome"] == "rolled_back" and rec["rollback"]["variant"] == "plain"
+    verdict = rec["verdict"]
+    assert (verdict["phase"], verdict["failure"], verdict["cause"]) == ("performance", "failed_under_load", "requests_failed")
+    assert verdict["msg"] == ("nextn serves but failed the performance gate against the known-good service on this "
+                              "host: round 1 failed: 16 of 16 requests (connection reset)")
+    perf = rec["performance"]
+    assert perf["known_good"] is None and not perf["measured_ok"] and not perf["passed"]
+    assert _deploy.summary_row(rec)[3] == "failed under load"
+    serving_truth(host, rec)
+
+
+def test_perf_report_mode_keeps_a_variant_that_fails_under_load(ddtree_host):
+    ddtree_host.figures["nextn"] = None
+    result = run(ddtree_host, perf_gate="report")
+    rec = result["record"]
+    assert result["outcome"] == "switched" and ("perf", "reported", "commit") in result["trail"]
+    assert rec["verdict"]["ready"] and rec["verdict"]["failure"] is None
+    assert rec["performance"]["mode"] == "report" and not rec["performance"]["measured_ok"]
+    assert rec["performance"]["msg"] == "not measured: round 1 failed: 16 of 16 requests (connection reset)"
+    serving_truth(ddtree_host, rec)
+
+
+@pytest.mark.parametrize("mode,outcome", [("report", "switched"), ("enforce", "rolled_back")])
+def test_a_benchmark_that_cannot_run_on_the_variant_rolls_back_only_when_enforced(ddtree_host, mode, outcome):
+    host = ddtree_host
+    real_bench = host.bench
+
+    def bench(url, api_key_file, load, baseline, thresholds):
+        if url == URL:  # the variant's, not the known-good's measurement
+            host.calls.append(("bench", url, baseline))
+            raise HostError("benchmark: api_key_file /etc/sglang/sglang-qwen.yaml: Permission denied")
+        return real_bench(url, api_key_file, load, baseline, thresholds)
+
+    host.bench = bench
+    result = run(host, perf_gate=mode)
+    rec = result["record"]
+    assert result["outcome"] == outcome
+    if mode == "report":
+        assert ("perf", "reported", "commit") in result["trail"]
+        assert rec["performance"]["msg"].startswith("not measured: the benchmark did not run: benchmark: api_key_file")
+        serving_truth(host, rec)
+    else:
+        assert ("perf", "failed", "rollback_stop") in result["trail"]
+        assert re.search(r'task "perf" failed: .*Permission denied', rec["verdict"]["msg"]), rec["verdict"]
+
+
+def test_perf_enforce_on_the_baseline_variant_failing_under_load_is_only_reported(ddtree_host):
+    ddtree_host.figures["plain"] = None
+    result = run(ddtree_host, v=PLAIN, perf_gate="enforce")
+    perf = result["record"]["performance"]
+    assert result["outcome"] == "switched" and result["record"]["verdict"]["failure"] is None
+    assert perf["mode"] == "report" and not perf["enforced"] and not perf["measured_ok"]
+    assert perf["msg"].endswith("(reported only: the baseline variant plain is the reference)")
+
+
+def test_perf_figures_recorded_by_one_switch_are_the_known_good_of_the_next_under_the_same_load(ddtree_host):
+    host = ddtree_host
+    host.figures["nextn"] = dict(FAST, output_tokens_per_s=95.0)  # ddtree's 100 is not slower than that
+    first = run(host, perf_gate="enforce")["record"]
+    assert first["outcome"] == "switched" and first["performance"]["measured_ok"]
+    host.put(HISTORY, host.data(HISTORY) + b'{"cut short\n')  # a line cut short is skipped
+    seen = len(host.calls)
+    second = run(host, "run2", DDTREE, perf_gate="enforce")["record"]
+    # nextn, now running, is not measured again: its figures from run1's record are the known-good's
+    assert [c for c in host.calls[seen:] if c[0] == "bench"] == [("bench", DDTREE_URL, first["performance"]["figures"])]
+    known = second["performance"]["known_good"]
+    assert second["outcome"] == "switched"
+    assert (known["source"], known["variant"], known["figures"]) == ("history", "nextn", first["performance"]["figures"])
+    # a variant with 4 running requests is measured at concurrency 4: the figures at 8 do not count
+    seen = len(host.calls)
+    third = run(host, "run3", variant("nextn", max_running_requests=4), perf_gate="enforce")["record"]
+    assert [c for c in host.calls[seen:] if c[0] == "bench"] == [("bench", DDTREE_URL, None), ("bench", URL, FAST)]
+    assert third["performance"]["known_good"]["source"] == "measured"
+    assert third["performance"]["load"]["concurrency"] == 4
 
 
 # -- the GPUs' memory -----------------------------------------------------------------------------------------------
@@ -860,7 +1175,7 @@ def test_system_host_files(tmp_path):
     assert host.read_bytes(f"{base}/kg/a") == b"one" and (tmp_path / "kg" / "a").stat().st_mode & 0o777 == 0o600
     host.append_line(f"{base}/h", "x")
     host.append_line(f"{base}/h", "y")
-    assert host.read_bytes(f"{base}/h") == b"x\ny\n"
+    assert host.read_bytes(f"{base}/h") == b"x\ny\n" and (tmp_path / "h").stat().st_mode & 0o777 == 0o600  # history
     assert host.listdir(f"{base}/kg") == ["a", "sub"] and host.listdir(f"{base}/none") == []
     host.remove(f"{base}/kg")
     host.remove(f"{base}/none")
