@@ -264,6 +264,19 @@ LOAD_SETTINGS = {"requests": 1, "concurrency": 1, "max_tokens": 1, "rounds": 1, 
 SERVICE_KEYS = ("argv", "sglang_version", "gpu_devices")
 
 
+def measure(client, load: dict, baseline: dict | None, thresholds: dict) -> dict:
+    """One measurement under ``load`` compared with ``baseline``: the benchmark's result with
+    ``passed`` and ``comparison`` (what the sglang_bench module and the switch's gate return).
+    BenchError when it cannot run."""
+    result = benchmark(client, load["requests"], load["concurrency"], load["max_tokens"], load["rounds"],
+                       load["warmup"], load["timeout"], load["budget"])
+    if not result["ok"]:
+        return dict(result, passed=False)
+    comparison = compare(result["figures"], baseline, thresholds)
+    result["msg"] = f"{result['msg']}; {comparison['msg']}"
+    return dict(result, passed=comparison["passed"], comparison=comparison)
+
+
 def check_load(load: object, what: str = "load") -> list[str]:
     """Every problem of a load override: requests, concurrency, max_tokens, rounds (integers >= 1),
     warmup (bool), timeout and budget (seconds > 0)."""

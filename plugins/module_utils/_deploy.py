@@ -1,9 +1,10 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) inferops.sglang contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The deploy state machine of the sglang_service role, in one place.
+"""The decisions of a deploy, pure: its outcomes, whether to switch, the restore plan, the
+record and its summary. The states that act on them are _switch.py's (docs/switch-state-machine.md).
 
-A deploy of one host goes through these states::
+A deploy of one host ends in one of these outcomes::
 
     preflight --refused--> failed_before_switching        (nothing changed)
         |
@@ -19,7 +20,7 @@ A deploy of one host goes through these states::
                   --else---> rollback_failed                (every file kept, marker kept)
 
 and ``not_reached`` for a host of the rollout that a stopped rollout never got
-to. The role (through the sglang_deploy_state module) and the deploy_summary
+to. The switch (_switch, run by the sglang_switch module) and the deploy_summary
 callback both take the outcomes, the decision, the restore plan, the record and
 its summary from here. Pure: no I/O, everything is passed in.
 """

@@ -5,7 +5,7 @@
 
 The figures come from the host's own records, nothing else: the deploy history
 (``<state>/<service>/history.jsonl``, one line per deploy, written by the
-sglang_deploy_state module) and the watchdog's (``watchdog/history.jsonl``). The file is
+sglang_switch module) and the watchdog's (``watchdog/history.jsonl``). The file is
 rewritten from them whenever either gains a line, so every figure is what the records
 say, a deploy killed before it recorded changes nothing, and the counts only grow.
 

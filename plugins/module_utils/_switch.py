@@ -1042,18 +1042,12 @@ class SystemHost:
         return self._masked(_drain.drain(client, timeout, interval), key)
 
     def bench(self, url: str, api_key_file: str | None, load: dict, baseline: dict | None, thresholds: dict) -> dict:
-        """What the sglang_bench module returns for the deploy's load."""
+        """What the sglang_bench module returns for the deploy's load (_bench.measure)."""
         client, key = self._client(url, api_key_file, float(load["timeout"]))
         try:
-            result = _bench.benchmark(client, load["requests"], load["concurrency"], load["max_tokens"], load["rounds"],
-                                      load["warmup"], load["timeout"], load["budget"])
-            if not result["ok"]:
-                return self._masked(dict(result, passed=False), key)
-            comparison = _bench.compare(result["figures"], baseline, thresholds)
+            return self._masked(_bench.measure(client, load, baseline, thresholds), key)
         except _bench.BenchError as exc:
             raise HostError(f"benchmark: {exc}") from None
-        result["msg"] = f"{result['msg']}; {comparison['msg']}"
-        return self._masked(dict(result, passed=comparison["passed"], comparison=comparison), key)
 
     def clock(self) -> float:
         return time.monotonic()

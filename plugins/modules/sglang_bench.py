@@ -65,14 +65,6 @@ options:
       - Seconds the measurement may take; a round that would end past it (judged by the round before) is not started.
         At least one round is measured; the C(rounds_measured) of RV(load) says how many were. Unset, every round runs.
     type: float
-  load:
-    description:
-      - The whole load in one dict, as RV(inferops.sglang.sglang_deploy_state#module:load) of its C(figures) step
-        gives it (keys C(requests), C(concurrency), C(max_tokens), C(rounds), C(warmup), C(timeout), C(budget)).
-        A setting it leaves out is the deploy's default (rounds 3, warmup, 60 s a request, a 30 s budget; requests
-        twice the concurrency).
-      - Mutually exclusive with the separate load options and O(max_running_requests), O(context_length).
-    type: dict
   baseline:
     description: The known-good service's figures (RV(figures) of an earlier run).
     type: dict
@@ -148,25 +140,17 @@ def main() -> None:
             context_length=dict(type="int"),
             timeout=dict(type="float", default=60),
             budget=dict(type="float"),
-            load=dict(type="dict"),
             baseline=dict(type="dict"),
             thresholds=dict(type="dict", default={}),
         ),
-        # the separate options' defaults do not count: only what the task sets
-        mutually_exclusive=[("load", name) for name in (*_bench.LOAD_SETTINGS, "max_running_requests", "context_length")],
         supports_check_mode=True,
     )
     p = module.params
-    if p["load"] is not None:
-        # the deploy's load (sglang_deploy_state step=figures), checked as the preflight checks an override
-        errors = _bench.check_load(p["load"])
-        load = _bench.compose_load(None, None, p["load"])
-    else:
-        # the module's own defaults (rounds 3, warmup, 60 s, no budget) over the variant's load; an unset
-        # requests, concurrency or max_tokens is the variant's
-        errors = []
-        load = _bench.compose_load(p["max_running_requests"], p["context_length"],
-                                   {k: p[k] for k in _bench.LOAD_SETTINGS if p[k] is not None or k == "budget"})
+    # the module's own defaults (rounds 3, warmup, 60 s, no budget) over the variant's load; an unset
+    # requests, concurrency or max_tokens is the variant's
+    errors = []
+    load = _bench.compose_load(p["max_running_requests"], p["context_length"],
+                               {k: p[k] for k in _bench.LOAD_SETTINGS if p[k] is not None or k == "budget"})
     errors += _bench.check_thresholds(p["thresholds"])
     if errors:
         module.fail_json(msg="; ".join(errors))
@@ -177,16 +161,10 @@ def main() -> None:
     if module.check_mode:
         module.exit_json(changed=False, passed=True, msg=f"check mode: would measure {load}")
     try:
-        result = _bench.benchmark(client, load["requests"], load["concurrency"], load["max_tokens"], load["rounds"],
-                                  load["warmup"], load["timeout"], load["budget"])
+        result = _bench.measure(client, load, p["baseline"], p["thresholds"])
     except _bench.BenchError as exc:
         module.fail_json(msg=str(exc))
-    if not result["ok"]:
-        module.exit_json(changed=False, passed=False, **result)
-    comparison = _bench.compare(result["figures"], p["baseline"], p["thresholds"])
-    result["msg"] = f"{result['msg']}; {comparison['msg']}"
-    module.exit_json(changed=False, passed=comparison["passed"], comparison=comparison, **result)
-
+    module.exit_json(changed=False, **result)
 
 if __name__ == "__main__":
     main()

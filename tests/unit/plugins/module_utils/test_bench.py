@@ -132,18 +132,9 @@ def test_the_module_measures_and_compares(launch, capsys, tmp_path):
     assert "slower than the known-good service: output_tokens_per_s" in result["msg"]
     rc, result, _out = run_module(sglang_bench.main, capsys, dict(args, thresholds={"itl": 2}))
     assert rc == 1 and result["msg"].startswith("thresholds: unknown figure itl")
-    # the deploy's form: the whole load in one dict (sglang_deploy_state step=figures), the deploy's defaults under it
-    whole = {"url": args["url"], "api_key_file": str(config), "load": {"concurrency": 2, "max_tokens": 8, "rounds": 1}}
-    rc, result, _out = run_module(sglang_bench.main, capsys, whole)
-    assert rc == 0 and result["passed"] is True, result
-    assert result["load"] == {"requests": 4, "concurrency": 2, "max_tokens": 8, "rounds": 1, "warmup": True,
-                              "budget": 30, "rounds_measured": 1}
-    rc, result, _out = run_module(sglang_bench.main, capsys, dict(whole, load={"rounds": 0, "fast": True}))
-    assert rc == 1 and result["msg"] == ("load.rounds must be an integer in [1, 4096], got 0; "
-                                         "load: unknown setting fast (known: requests, concurrency, max_tokens, rounds, "
-                                         "warmup, timeout, budget)"), result
-    rc, result, _out = run_module(sglang_bench.main, capsys, dict(whole, rounds=2))
-    assert rc == 1 and "mutually exclusive: load|rounds" in result["msg"], result
+    # one interface: the deploy's whole-load form is gone (the switch measures in-process)
+    rc, result, _out = run_module(sglang_bench.main, capsys, dict(args, load={"rounds": 1}))
+    assert rc == 1 and "load" in result["msg"] and "Unsupported parameters" in result["msg"], result
 
 
 # -- the deploy's performance gate: the load, the known-good figures in the history, the record
