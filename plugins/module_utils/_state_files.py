@@ -21,32 +21,42 @@ import tempfile
 _TEMP_NAME_MAX = 100
 
 
-def read_json(path: str) -> dict | None:
-    """The JSON object in ``path``; None when it is missing, unreadable, not JSON or not an object."""
+def parse_json_object(data: bytes | str | None) -> dict | None:
+    """The JSON object in ``data``; None when there is none, it is not JSON or not an object."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            value = json.load(handle)
-    except (OSError, ValueError):
+        value = json.loads(data) if data is not None else None
+    except ValueError:
         return None
     return value if isinstance(value, dict) else None
 
 
-def read_jsonl(path: str) -> list[dict]:
-    """The objects of a JSON-lines file, oldest first; a line that does not parse (a write cut
-    short) or is not an object is skipped; a missing file is empty."""
-    records = []
+def read_json(path: str) -> dict | None:
+    """The JSON object in ``path``; None when it is missing, unreadable, not JSON or not an object."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            for line in handle:
-                try:
-                    value = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(value, dict):
-                    records.append(value)
+        with open(path, "rb") as handle:
+            return parse_json_object(handle.read())
+    except OSError:
+        return None
+
+
+def parse_jsonl(text: str) -> list[dict]:
+    """The objects of JSON-lines text, oldest first; a line that does not parse (a write cut
+    short) or is not an object is skipped."""
+    records = []
+    for line in text.splitlines():
+        value = parse_json_object(line)
+        if value is not None:
+            records.append(value)
+    return records
+
+
+def read_jsonl(path: str) -> list[dict]:
+    """The objects of a JSON-lines file (parse_jsonl); a missing or unreadable file is empty."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return parse_jsonl(handle.read())
     except OSError:
         return []
-    return records
 
 
 def append_line(path: str, line: str, mode: int = 0o600) -> None:

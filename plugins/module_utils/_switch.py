@@ -335,12 +335,7 @@ class Switch:
         return found[0] if found else None
 
     def _json(self, path: str) -> dict | None:
-        data = self.host.read_bytes(path)
-        try:
-            value = json.loads(data) if data is not None else None
-        except ValueError:
-            return None
-        return value if isinstance(value, dict) else None
+        return _read_json(self.host, path)
 
     def _serving(self) -> bool:
         """A service runs that this switch replaces (drained, measured, pre-gated)."""
@@ -377,16 +372,7 @@ class Switch:
         return json.dumps(doc, indent=4, sort_keys=True).encode("utf-8")
 
     def _history(self) -> list[dict]:
-        data = self.host.read_bytes(self._path(HISTORY)) or b""
-        records = []
-        for line in data.decode("utf-8", "replace").splitlines():
-            try:
-                value = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(value, dict):
-                records.append(value)
-        return records
+        return _state_files.parse_jsonl((self.host.read_bytes(self._path(HISTORY)) or b"").decode("utf-8", "replace"))
 
     def _find_known_figures(self) -> None:
         """The running service's figures under this run's load: the caller's, else the history's."""
@@ -812,12 +798,7 @@ class Switch:
 # -- read and amended outside a switch ------------------------------------------------------------------------
 
 def _read_json(host: Host, path: str) -> dict | None:
-    data = host.read_bytes(path)
-    try:
-        value = json.loads(data) if data is not None else None
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
+    return _state_files.parse_json_object(host.read_bytes(path))
 
 
 def inspect(host: Host, service: str, service_dir: str, files: list[dict]) -> dict:
