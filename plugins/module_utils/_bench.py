@@ -248,7 +248,7 @@ def compare(figures: dict, baseline: dict | None, thresholds: dict | None = None
             "msg": ("slower than the known-good service: " if failed else "as fast as the known-good service: ") + text}
 
 
-# The deploy's performance gate (roles/sglang_service, tasks/switch.yml).
+# The deploy's performance gate (the perf state of _switch.py).
 # enforce: a regression fails the gate and the switch rolls back; report: measured,
 # compared and recorded, never rolled back; off: nothing is measured.
 MODES = ("enforce", "report", "off")
