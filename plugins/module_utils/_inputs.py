@@ -297,9 +297,10 @@ def check_hook(name: str, hook: object) -> list[str]:
         codes = codes if isinstance(codes, list) else [codes]
         if not codes or not all(_number(c, "int") is not None and 100 <= _number(c, "int") <= 599 for c in codes):
             errors.append(f"{name}.status_code must be an HTTP status or a list of them, got {hook.get('status_code')!r}")
-        timeout = _number(hook.get("timeout", 30), "number")
+        # whole seconds: the uri module's timeout is an int (0.5 would become 0, a socket that never waits)
+        timeout = _number(hook.get("timeout", 30), "int")
         if timeout is None or timeout <= 0:
-            errors.append(f"{name}.timeout must be a number of seconds > 0, got {hook.get('timeout')!r}")
+            errors.append(f"{name}.timeout must be a whole number of seconds > 0, got {hook.get('timeout')!r}")
     if hook.get("where", "controller") not in ("controller", "host"):
         errors.append(f"{name}.where must be controller or host, got {hook.get('where')!r}")
     return errors

@@ -238,7 +238,7 @@ URL_HOOK = {"url": "https://lb.example/api/pools/qwen/members/ct129", "method": 
     {"command": ["/usr/local/bin/lb", "disable", "ct129"], "where": "host"},
     {"url": "http://127.0.0.1:9000/out"},
     URL_HOOK,
-    dict(URL_HOOK, status_code="204", timeout="2.5"),  # -e gives strings
+    dict(URL_HOOK, status_code="204", timeout="25"),  # -e gives strings
     dict(URL_HOOK, status_code=204, method="DELETE", where="controller"),
 ], ids=["none", "empty", "command", "command-on-host", "url", "url-full", "url-strings", "url-status-int"])
 def test_a_well_formed_hook_passes(hook):
@@ -270,9 +270,12 @@ def test_a_well_formed_hook_passes(hook):
     ({"url": "http://lb/out", "status_code": [200, "ok"]},
      [f"{OUT}.status_code must be an HTTP status or a list of them, got [200, 'ok']"]),
     ({"url": "http://lb/out", "status_code": True}, [f"{OUT}.status_code must be an HTTP status or a list of them, got True"]),
-    ({"url": "http://lb/out", "timeout": 0}, [f"{OUT}.timeout must be a number of seconds > 0, got 0"]),
-    ({"url": "http://lb/out", "timeout": "soon"}, [f"{OUT}.timeout must be a number of seconds > 0, got 'soon'"]),
-    ({"url": "http://lb/out", "timeout": float("inf")}, [f"{OUT}.timeout must be a number of seconds > 0, got inf"]),
+    ({"url": "http://lb/out", "timeout": 0}, [f"{OUT}.timeout must be a whole number of seconds > 0, got 0"]),
+    ({"url": "http://lb/out", "timeout": "soon"}, [f"{OUT}.timeout must be a whole number of seconds > 0, got 'soon'"]),
+    ({"url": "http://lb/out", "timeout": float("inf")}, [f"{OUT}.timeout must be a whole number of seconds > 0, got inf"]),
+    # the uri module's timeout is whole seconds: 0.5 would become 0, a call that never waits
+    ({"url": "http://lb/out", "timeout": 0.5}, [f"{OUT}.timeout must be a whole number of seconds > 0, got 0.5"]),
+    ({"url": "http://lb/out", "timeout": "2.5"}, [f"{OUT}.timeout must be a whole number of seconds > 0, got '2.5'"]),
 ])
 def test_a_malformed_hook_is_refused_with_each_problem_named(hook, errors):
     assert _inputs.check_hook(OUT, hook) == errors
