@@ -150,6 +150,8 @@ RESCUED = frozenset({State.SAVE, State.STOP, State.RELEASE, State.INSTALL, State
                      State.COMMIT})
 MARKER = "switch.json"
 CURRENT = "current.json"
+# What current.json holds of the variant (and of the baseline a first deploy's rollback installs)
+CURRENT_KEYS = ("variant", "params", "argv", "sglang_version")
 HISTORY = "history.jsonl"
 DEFAULT_GATE_TIMEOUT = 900.0
 
@@ -367,7 +369,7 @@ class Switch:
 
     def _current(self, variant: dict) -> bytes:
         """current.json for a variant, as the role renders it."""
-        doc = {k: variant.get(k) for k in ("variant", "params", "argv", "sglang_version")}
+        doc = {k: variant.get(k) for k in CURRENT_KEYS}
         doc["gpu_devices"] = list(self.s.gpus)
         return json.dumps(doc, indent=4, sort_keys=True).encode("utf-8")
 

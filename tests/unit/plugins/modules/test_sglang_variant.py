@@ -16,6 +16,7 @@ import yaml
 from sim_helpers import MODELS, REPO, run_module
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _model_config
+from ansible_collections.inferops.sglang.plugins.module_utils import _switch
 from ansible_collections.inferops.sglang.plugins.modules import sglang_variant
 
 DEFAULTS = yaml.safe_load((REPO / "roles/sglang_service/defaults/main.yml").read_text())
@@ -278,8 +279,9 @@ def test_the_baseline_is_resolved_with_the_same_options_as_the_variant(host, cap
     # renders a unit from (the templates take the variant or the baseline alike)
     rc, alone = run(capsys, name="small", memory_override=True, memory_assumptions=assumptions)
     assert rc == 0 and baseline["memory_plan"] == alone["memory_plan"] and baseline["argv"] == alone["argv"]
+    # the role's templates, and current.json, which the switch writes from the variant or the baseline
     rendered = {key for path in (REPO / "roles/sglang_service").rglob("*") if path.suffix in (".yml", ".j2")
-                for key in re.findall(r"_sglang_service_render\.(\w+)", path.read_text())}
+                for key in re.findall(r"_sglang_service_render\.(\w+)", path.read_text())} | set(_switch.CURRENT_KEYS)
     assert {"variant", "params", "argv", "exec_args", "sglang_version"} <= rendered
     for key in rendered | {"max_position_embeddings", "memory_plan"}:
         assert baseline[key] == alone[key], key
