@@ -166,5 +166,6 @@ def main() -> None:
         module.fail_json(msg=str(exc))
     module.exit_json(changed=False, **result)
 
+
 if __name__ == "__main__":
     main()

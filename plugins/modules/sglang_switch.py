@@ -29,7 +29,7 @@ description:
     this job's controller is gone, and a job that lost its lock does not start.
   - Nothing is rendered here; the role renders the variant into O(staging) and, for a first deploy, the baseline into
     O(baseline_staging), before the call.
-  - In check mode, inspects and decides only and says what a run would do (RV(would), RV(msg)); nothing changes.
+  - In check mode, inspects and decides only and says what a run would do (RV(would), RV(switch), and the message); nothing changes.
 author:
   - inferops.sglang contributors (@inferops)
 attributes:

@@ -164,7 +164,7 @@ def run(tmp_path_factory):
 
 
 def test_every_case_ran_once_and_wrote_only_its_own_hook(run):
-    by_case, _, output = run
+    by_case, dummy, output = run
     assert set(by_case) == {*cases("http://x", "http://y"), "both", "both_again"}
     for case, result in by_case.items():
         if not case.startswith("both"):
@@ -204,7 +204,7 @@ def test_command_runs_on_the_controller_by_default_and_on_the_host_with_where_ho
 
 
 def test_http_hook_posts_by_default_with_its_headers(run):
-    by_case, by_path, _ = run
+    by_case, by_path, dummy = run
     assert by_case["http_post"]["out"] == {"ok": True, "msg": "HTTP 200"}
     [request] = by_path["/ok/http_post"]
     assert request["method"] == "POST"
@@ -214,7 +214,7 @@ def test_http_hook_posts_by_default_with_its_headers(run):
 
 
 def test_http_hook_where_controller_and_where_host_give_the_same_result(run):
-    by_case, by_path, _ = run
+    by_case, by_path, dummy = run
     for case in ("http_post_controller", "http_post_host"):
         assert by_case[case] == by_case["http_post"], case
         [request] = by_path[f"/ok/{case}"]
@@ -223,14 +223,14 @@ def test_http_hook_where_controller_and_where_host_give_the_same_result(run):
 
 
 def test_http_hook_uses_the_given_method(run):
-    by_case, by_path, _ = run
+    by_case, by_path, dummy = run
     for case, method in (("http_put", "PUT"), ("http_delete", "DELETE")):
         assert by_case[case]["out"] == {"ok": True, "msg": "HTTP 200"}
         assert [r["method"] for r in by_path[f"/ok/{case}"]] == [method]
 
 
 def test_http_hook_sends_its_body_as_json(run):
-    by_case, by_path, _ = run
+    by_case, by_path, dummy = run
     assert by_case["http_json"]["out"] == {"ok": True, "msg": "HTTP 200"}
     [request] = by_path["/ok/http_json"]
     assert request["method"] == "POST"
@@ -240,7 +240,7 @@ def test_http_hook_sends_its_body_as_json(run):
 
 
 def test_http_status_code_list_accepts_202_and_the_default_is_200_only(run):
-    by_case, by_path, _ = run
+    by_case, by_path, dummy = run
     assert by_case["http_202_list"]["out"] == {"ok": True, "msg": "HTTP 202"}
     assert by_case["http_202_list_str"]["out"] == {"ok": True, "msg": "HTTP 202"}
     result = by_case["http_202_default"]["out"]
@@ -249,7 +249,7 @@ def test_http_status_code_list_accepts_202_and_the_default_is_200_only(run):
 
 
 def test_http_wrong_status_is_not_ok_with_the_expected_codes_and_a_short_reason(run):
-    by_case, by_path, _ = run
+    by_case, by_path, dummy = run
     result = by_case["http_500"]["out"]
     assert result["ok"] is False
     prefix = "HTTP 500 (expected 200): "
@@ -262,7 +262,7 @@ def test_http_wrong_status_is_not_ok_with_the_expected_codes_and_a_short_reason(
 
 
 def test_http_redirect_is_not_followed(run):
-    by_case, by_path, _ = run
+    by_case, by_path, dummy = run
     result = by_case["http_redirect"]["out"]
     assert result["ok"] is False and result["msg"].startswith("HTTP 302 (expected 200): ")
     assert by_case["http_redirect_accepted"]["out"] == {"ok": True, "msg": "HTTP 302"}
@@ -278,7 +278,7 @@ def test_http_unreachable_url_is_status_minus_1(run):
 
 
 def test_out_then_in_accumulate_and_a_rerun_replaces_only_its_key(run):
-    by_case, by_path, _ = run
+    by_case, by_path, dummy = run
     both = by_case["both"]
     assert set(both) == {"out", "in"}
     assert both["out"] == {"ok": True, "msg": "command exit 0"}
@@ -289,7 +289,7 @@ def test_out_then_in_accumulate_and_a_rerun_replaces_only_its_key(run):
 
 def test_headers_never_reach_the_output_even_with_vvv(run):
     """-vvv prints a module's arguments: the URL task's no_log is what hides the headers."""
-    _, by_path, output = run
+    dummy, by_path, output = run
     assert sum(r["headers"].get("authorization") == f"Bearer {TOKEN}" for rs in by_path.values() for r in rs) >= 10
     assert TOKEN not in output
     assert "Call the URL of the rotation hook: out" in output  # the task ran and was shown, hidden
