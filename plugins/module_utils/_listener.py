@@ -27,7 +27,8 @@ from ansible_collections.inferops.sglang.plugins.module_utils import _mask
 # when another SGLang already holds the port, uvicorn's "[Errno 98] ... address
 # already in use" is followed by a warmup that succeeds against the other
 # server, "The server is fired up and ready to roll!" (http_server.py:2032) and
-# exit status 3. HTTP alone cannot tell the two servers apart: before the gate
+# exit status 3 (or -9, when its subprocess watchdog kills the tree first:
+# srt/utils/watchdog.py:203-221). HTTP alone cannot tell the two servers apart: before the gate
 # sends the API key or passes the http phase, the LISTEN socket that the URL's
 # host:port reaches must be held by the watched process (or a descendant) or,
 # for a unit, by a process of the unit's cgroup.

@@ -41,7 +41,7 @@ description:
     It must be the watched PID or one of its descendants, or, with O(unit), a process of the unit''s control group
     (systemd''s C(ControlGroup), C(cgroup.procs), C(/proc/PID/cgroup)). Otherwise the wait fails at once with
     C(port_taken), naming the other process: real SGLang whose port is taken does not die at once, its warmup
-    succeeds against whatever answers there, it logs "The server is fired up and ready to roll!" and only then exits 3.
+    succeeds against whatever answers there, it logs "The server is fired up and ready to roll!" and only then exits (3, or -9 when its own watchdog wins).
     While nothing listens, requests go without the API key. Where ownership cannot be established (O(url) is not an
     address of this host, no O(unit) or O(pid) is given, C(/proc) cannot be read, or the gate is not root and the
     server runs as another user) RV(listener) says why and the gate goes on as without the check; O(check_listener)

@@ -629,7 +629,11 @@ class Simulator:
         (:390-400), so a port that is taken still gets the warmup, run against
         whoever holds the port; uvicorn then logs the bind error, shuts the
         lifespan down (which joins the warmup thread) and exits 3
-        (uvicorn server.py:182-192, STARTUP_FAILURE)."""
+        (uvicorn server.py:182-192, STARTUP_FAILURE). Real SGLang may instead
+        die of SIGKILL (-9) when its subprocess watchdog sees the scheduler
+        killed in that shutdown first (0.5.11 srt/utils/watchdog.py:203-221);
+        the simulator takes the first of the two outcomes, which nothing here
+        tells apart (conformance test_real_gate accepts both from real SGLang)."""
         handler = make_handler(self)
         uvicorn_log("INFO:     Started server process [%d]" % os.getpid())
         uvicorn_log("INFO:     Waiting for application startup.")
