@@ -9,7 +9,12 @@ from __future__ import annotations
 import argparse
 import ast
 import functools
+import hashlib
+import inspect
+import os
 import re
+import sys
+import tempfile
 import zipfile
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -543,14 +548,62 @@ def corpus_of(path: Path) -> str:
     return "\n".join(string_constants(path))
 
 
+# A release's corpus depends on nothing but its wheel's bytes, the code that reads it and the
+# interpreter's ast: it is kept in the per-user cache under a key of all three, so a fresh
+# clone on a machine that parsed a wheel once reads it back (parsing the 15 releases takes
+# about 200 s of CPU on a 2-core machine). test_the_corpus_cache_gives_what_parsing_gives
+# checks a cached corpus against a fresh parse.
+CORPUS_CACHE = Path(os.environ.get("INFEROPS_CACHE_DIR")
+                    or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "inferops-sglang") / "corpora"
+
+
+def corpus_key(path: Path) -> str:
+    digest = hashlib.sha256()
+    for code in (inspect.getsource(Wheel), inspect.getsource(string_constants), repr(MESSAGE_DIRS), sys.version):
+        digest.update(code.encode() + b"\0")
+    with open(path, "rb") as wheel:
+        for chunk in iter(lambda: wheel.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()[:32]
+
+
+def cached_corpus(path: Path) -> str:
+    """corpus_of(path), from the cache when this exact wheel was read by this exact code before;
+    a new entry is written to a temporary file and renamed into place."""
+    entry = CORPUS_CACHE / f"{path.name}.{corpus_key(path)}.txt"
+    try:
+        return entry.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        pass
+    corpus = corpus_of(path)
+    CORPUS_CACHE.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=CORPUS_CACHE, prefix=".corpus.")
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(corpus)
+    os.replace(tmp, entry)
+    return corpus
+
+
 @pytest.fixture(scope="module")
 def corpora(request) -> dict[Path, str]:
     """wheel -> its string constants (string_constants), for the wheels whose message case is
-    selected: parsing a release's sources takes seconds of CPU each, so two processes share them."""
+    selected: from the cache, or parsed, two processes sharing the work (seconds of CPU each)."""
     wanted = [item.callspec.params["wheel_path"] for item in request.session.items
               if getattr(item, "originalname", None) == MESSAGES_TEST and hasattr(item, "callspec")]
     with ProcessPoolExecutor(max_workers=2) as pool:
-        return dict(zip(wanted, pool.map(corpus_of, wanted)))
+        return dict(zip(wanted, pool.map(cached_corpus, wanted)))
+
+
+def test_the_corpus_cache_gives_what_parsing_gives(corpora):
+    """The pinned release's corpus as the message cases got it (from the cache on a warm machine)
+    is what parsing its wheel gives now; and a wheel with other bytes has another key."""
+    (pinned,) = [path for path in WHEELS if path.name.startswith("sglang-0.5.11-")]
+    assert corpora.get(pinned, cached_corpus(pinned)) == corpus_of(pinned)
+    assert (CORPUS_CACHE / f"{pinned.name}.{corpus_key(pinned)}.txt").is_file()
+    with tempfile.TemporaryDirectory() as tmp:
+        other = Path(tmp) / pinned.name
+        other.write_bytes(pinned.read_bytes() + b"\0")
+        assert corpus_key(other) != corpus_key(pinned)
 
 
 @pytest.mark.parametrize("wheel_path", WHEELS, ids=IDS)
