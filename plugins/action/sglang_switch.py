@@ -18,15 +18,14 @@ from __future__ import annotations
 import math
 import time
 
-from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _mask
-from ansible_collections.inferops.sglang.plugins.plugin_utils._async_job import AsyncModuleJob
+from ansible_collections.inferops.sglang.plugins.plugin_utils._async_job import LINE_TEXT_MAX, progress_interval, run_job  # noqa: F401
+from ansible_collections.inferops.sglang.plugins.plugin_utils._async_job import clip as _clip
 from ansible_collections.inferops.sglang.plugins.plugin_utils._async_job import number as _number
 
 MODULE = "inferops.sglang.sglang_switch"
-DEFAULT_PROGRESS_INTERVAL = 15.0
 PROGRESS_NAME = "sglang_switch.progress.json"
 ELAPSED_KEYS = ("elapsed", "state_elapsed")
 # Seconds beyond the sum of the switch's own waits: its file work, the journal reads, the record.
@@ -35,15 +34,6 @@ ASYNC_MARGIN = 600
 DEFAULTS = {"release_timeout": 120.0, "drain_timeout": 60.0, "gate_settle": 5.0}
 DEFAULT_GATE_TIMEOUT = 900.0
 PREGATE_TIMEOUT = 60.0
-LINE_TEXT_MAX = 200
-
-
-def progress_interval(args: dict) -> float:
-    raw = args.get("progress_interval")
-    value = DEFAULT_PROGRESS_INTERVAL if raw is None else _number(raw)
-    if value is None or value < 0 or math.isnan(value):
-        raise AnsibleActionFail(f"progress_interval must be 0 (no live progress) or a positive number of seconds, got {raw!r}")
-    return value
 
 
 def _gate_timeout(variant) -> float | None:
@@ -75,11 +65,6 @@ def async_limit(args: dict) -> int | None:
     return int(math.ceil(total)) + ASYNC_MARGIN
 
 
-def _clip(text: str) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= LINE_TEXT_MAX else text[:LINE_TEXT_MAX - 3] + "..."
-
-
 def progress_line(host: str, progress: dict, secrets: tuple[str, ...] = (), with_text: bool = True) -> str | None:
     """``[ct129] sglang_switch: gate 42 s (130 s in all): [41.9s generation] ...``; None before the first state."""
     if not progress.get("state"):
@@ -104,22 +89,9 @@ class ActionModule(ActionBase):
     _sleep = staticmethod(time.sleep)
 
     def run(self, tmp=None, task_vars=None):
-        task_vars = task_vars or {}
         result = super().run(tmp, task_vars)
-        del tmp
-        interval = progress_interval(self._task.args)
-        host = str(task_vars.get("inventory_hostname") or "this host")
-        secrets = (str(self._task.args.get("api_key") or ""),)
-        with_text = not self._task.no_log
-
-        def line(progress: dict) -> str | None:
-            return progress_line(host, progress, secrets, with_text=with_text)
-
-        limit = async_limit(self._task.args)
-        job = AsyncModuleJob(self, task_vars, MODULE, self._task.args, limit, PROGRESS_NAME, interval, line,
-                             elapsed_keys=ELAPSED_KEYS, limit_note=f"the switch's waits + {ASYNC_MARGIN} s",
-                             outcome="the switch's outcome (the host's history.jsonl and switch.json say it)",
-                             own_key="outcome", no_limit_reason="a wait setting is not a number",
-                             clock=self._clock, sleep=self._sleep)
-        result.update(job.run())
+        result.update(run_job(self, task_vars, MODULE, async_limit(self._task.args), PROGRESS_NAME, progress_line,
+                              elapsed_keys=ELAPSED_KEYS, limit_note=f"the switch's waits + {ASYNC_MARGIN} s",
+                              outcome="the switch's outcome (the host's history.jsonl and switch.json say it)",
+                              own_key="outcome", no_limit_reason="a wait setting is not a number"))
         return result

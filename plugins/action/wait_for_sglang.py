@@ -24,9 +24,9 @@ file into the connection user's temporary directory), the module is called as
 any module is, without live progress.
 
 The async job itself (launch, polls, lines, a lost or overrunning job, cleanup,
-the plain call) is plugin_utils/_async_job.py's AsyncModuleJob; what is the
-gate's stays here: the text of a line (masked, without the text for a no_log
-task), the check of ``progress_interval`` and the async limit of ``timeout``.
+the plain call, the check of ``progress_interval``) is plugin_utils/_async_job.py's
+run_job; what is the gate's stays here: the text of a line (masked, without the
+text for a no_log task) and the async limit of ``timeout``.
 """
 
 from __future__ import annotations
@@ -34,14 +34,14 @@ from __future__ import annotations
 import math
 import time
 
-from ansible.errors import AnsibleActionFail
-from ansible.module_utils.common.validation import check_type_float
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _mask
 from ansible_collections.inferops.sglang.plugins.plugin_utils._async_job import ASYNC_STATUS  # noqa: F401 pylint: disable=unused-import
-from ansible_collections.inferops.sglang.plugins.plugin_utils._async_job import OVERRUN_GRACE, AsyncModuleJob
+from ansible_collections.inferops.sglang.plugins.plugin_utils._async_job import LINE_TEXT_MAX, progress_interval, run_job  # noqa: F401
+from ansible_collections.inferops.sglang.plugins.plugin_utils._async_job import OVERRUN_GRACE
+from ansible_collections.inferops.sglang.plugins.plugin_utils._async_job import clip as _clip
 from ansible_collections.inferops.sglang.plugins.plugin_utils._async_job import number as _number
 
 # Display is one object: the lines the job prints are this display's.
@@ -50,7 +50,6 @@ display = Display()
 MODULE = "inferops.sglang.wait_for_sglang"
 # The module's defaults (its argument_spec) of the two options read here.
 DEFAULT_TIMEOUT = 900.0
-DEFAULT_PROGRESS_INTERVAL = 15.0
 # Seconds beyond the module's own deadline before async_wrapper kills the job: the
 # module's start and its verdict (the journal read for the cause) after the deadline.
 ASYNC_MARGIN = 60
@@ -60,20 +59,6 @@ PROGRESS_NAME = "wait_for_sglang.progress.json"
 # The progress file's figures that move with the host's clock: the module rewrites the file at
 # each event and every 5 s (not at all while one HTTP request waits), so they are that much behind.
 ELAPSED_KEYS = ("elapsed", "stage_elapsed")
-LINE_TEXT_MAX = 200
-
-
-def progress_interval(args: dict) -> float:
-    """The seconds between progress lines; 0 is off. Checked here because a bad value
-    must fail before anything runs on the host (the module ignores the option)."""
-    raw = args.get("progress_interval")
-    try:
-        value = DEFAULT_PROGRESS_INTERVAL if raw is None else check_type_float(raw)
-    except TypeError:
-        value = -1.0
-    if value < 0 or math.isnan(value):
-        raise AnsibleActionFail(f"progress_interval must be 0 (no live progress) or a positive number of seconds, got {raw!r}")
-    return value
 
 
 def async_limit(args: dict) -> int | None:
@@ -83,11 +68,6 @@ def async_limit(args: dict) -> int | None:
     if timeout is None or not timeout > 0 or math.isinf(timeout):
         return None
     return int(math.ceil(timeout)) + ASYNC_MARGIN
-
-
-def _clip(text: str) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= LINE_TEXT_MAX else text[:LINE_TEXT_MAX - 3] + "..."
 
 
 def progress_line(host: str, progress: dict, secrets: tuple[str, ...] = (), with_text: bool = True) -> str:
@@ -119,21 +99,9 @@ class ActionModule(ActionBase):
     _sleep = staticmethod(time.sleep)
 
     def run(self, tmp=None, task_vars=None):
-        task_vars = task_vars or {}
         result = super().run(tmp, task_vars)
-        del tmp
-
-        interval = progress_interval(self._task.args)
-        host = str(task_vars.get("inventory_hostname") or "this host")
-        secrets = (str(self._task.args.get("api_key") or ""),)
-        with_text = not self._task.no_log
-
-        def line(progress: dict) -> str:
-            return progress_line(host, progress, secrets, with_text=with_text)
-
-        job = AsyncModuleJob(self, task_vars, MODULE, self._task.args, async_limit(self._task.args), PROGRESS_NAME, interval, line,
-                             poll_period=POLL_PERIOD, overrun_grace=OVERRUN_GRACE, elapsed_keys=ELAPSED_KEYS, limit_note=f"timeout + {ASYNC_MARGIN} s",
-                             outcome="the gate's verdict", own_key="ready", no_limit_reason="the module refuses this timeout",
-                             clock=self._clock, sleep=self._sleep)
-        result.update(job.run())
+        result.update(run_job(self, task_vars, MODULE, async_limit(self._task.args), PROGRESS_NAME, progress_line,
+                              poll_period=POLL_PERIOD, overrun_grace=OVERRUN_GRACE, elapsed_keys=ELAPSED_KEYS,
+                              limit_note=f"timeout + {ASYNC_MARGIN} s", outcome="the gate's verdict", own_key="ready",
+                              no_limit_reason="the module refuses this timeout"))
         return result

@@ -316,13 +316,14 @@ def acquire(path: str, run_id: str, holder: dict, lease: int = DEFAULT_LEASE, ta
 
 
 def renew(path: str, run_id: str, lease: int = DEFAULT_LEASE, check_mode: bool = False,
-          now: Callable[[], float] = time.time) -> dict:
-    """Extend this run's lease. Returns lost (the lock is no longer this run's), changed, holder (the lock's record)."""
+          now: Callable[[], float] = time.time, fields: dict | None = None) -> dict:
+    """Extend this run's lease, setting ``fields`` in the lock's record too (the record's other
+    fields are kept). Returns lost (the lock is no longer this run's), changed, holder (the lock's record)."""
     current = read(path)
     if current is None or current["run_id"] != run_id:
         return dict(lost=True, changed=False, holder=current)
     stamp = now()
-    record = dict(current, renewed=utc_iso(stamp), expires=int(stamp) + int(lease), lease_s=int(lease))
+    record = dict(current, **(fields or {}), renewed=utc_iso(stamp), expires=int(stamp) + int(lease), lease_s=int(lease))
     if check_mode:
         return dict(lost=False, changed=True, holder=current)
     replaced, found = replace(path, record, run_id)
@@ -335,16 +336,8 @@ def claim_for_job(path: str, run_id: str, pid: int, lease: int = DEFAULT_LEASE, 
                   now: Callable[[], float] = time.time) -> dict:
     """Mark this run's lock as held by its switch job (``pid`` on this boot) and extend the
     lease; renewed as the job goes on (``renew`` keeps the job's fields). Returns as renew."""
-    current = read(path)
-    if current is None or current["run_id"] != run_id:
-        return dict(lost=True, changed=False, holder=current)
-    stamp = now()
-    record = dict(current, job_pid=int(pid), job_boot_id=this_boot if this_boot is not None else boot_id(),
-                  renewed=utc_iso(stamp), expires=int(stamp) + int(lease), lease_s=int(lease))
-    replaced, found = replace(path, record, run_id)
-    if not replaced:
-        return dict(lost=True, changed=False, holder=found)
-    return dict(lost=False, changed=True, holder=record)
+    job = dict(job_pid=int(pid), job_boot_id=this_boot if this_boot is not None else boot_id())
+    return renew(path, run_id, lease, now=now, fields=job)
 
 
 def release(path: str, run_id: str, check_mode: bool = False) -> dict:

@@ -32,8 +32,10 @@ async then), check mode, a connection that runs modules its own way (winrm,
 psrp, PowerShell over SSH) and become to an unprivileged user (the module could
 not write the progress file into the connection user's temporary directory).
 
-What a line says (and what it masks, or leaves out for a no_log task), the
-option checks and the module's time limit are the caller's. The progress file's
+What a line says (and what it masks, or leaves out for a no_log task) and the
+module's time limit are the caller's; ``run_job`` is an action plugin's whole
+run (the ``progress_interval`` option checked, a line's host, secrets and
+no_log, the job), ``clip`` folds and cuts a line's text. The progress file's
 convention: ``time`` is the host's epoch second it was written at, and the keys
 in ``elapsed_keys`` are seconds that move with the clock; they are moved on to
 the host's clock when the file is read, so that a line never shows a wait that
@@ -48,14 +50,18 @@ tests drive the poll loop without waiting.
 from __future__ import annotations
 
 import json
+import math
 import shlex
 import time
 
 from ansible import constants as C
-from ansible.errors import AnsibleError
+from ansible.errors import AnsibleActionFail, AnsibleError
 from ansible.utils.display import Display
 
 ASYNC_STATUS = "ansible.legacy.async_status"
+# Seconds between progress lines when the task gives no progress_interval; a line's text at most
+DEFAULT_PROGRESS_INTERVAL = 15.0
+LINE_TEXT_MAX = 200
 # Seconds past the async limit after which a job still not finished is given up:
 # async_wrapper checks its job every 5 s and writes the kill's record a second later.
 OVERRUN_GRACE = 15.0
@@ -76,6 +82,44 @@ def number(value) -> float | None:
         return float(value)
     except (TypeError, ValueError):
         return None
+
+
+def progress_interval(args: dict) -> float:
+    """The task's ``progress_interval``: seconds between progress lines, 0 for none. Checked
+    on the controller because a bad value must fail before anything runs on the host (the
+    modules ignore the option)."""
+    raw = args.get("progress_interval")
+    value = DEFAULT_PROGRESS_INTERVAL if raw is None else number(raw)
+    if value is None or value < 0 or math.isnan(value):
+        raise AnsibleActionFail(f"progress_interval must be 0 (no live progress) or a positive number of seconds, got {raw!r}")
+    return value
+
+
+def clip(text: str, limit: int = LINE_TEXT_MAX) -> str:
+    """``text`` on one line, cut to ``limit`` characters with "..." where it was longer."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def run_job(action, task_vars: dict, module_name: str, limit: int | None, progress_name: str, progress_line,
+            **options) -> dict:
+    """An action plugin's run of ``module_name`` as an AsyncModuleJob: ``progress_line(host,
+    progress, secrets, with_text=...)`` gives a line, with the task's api_key as the secret to
+    mask and no text for a no_log task; ``options`` go to AsyncModuleJob. The action's
+    ``_clock`` and ``_sleep`` are the job's. Returns the module's result."""
+    task_vars = task_vars or {}
+    args = action._task.args  # pylint: disable=protected-access
+    interval = progress_interval(args)
+    host = str(task_vars.get("inventory_hostname") or "this host")
+    secrets = (str(args.get("api_key") or ""),)
+    with_text = not action._task.no_log  # pylint: disable=protected-access
+
+    def line(progress: dict):
+        return progress_line(host, progress, secrets, with_text=with_text)
+
+    job = AsyncModuleJob(action, task_vars, module_name, args, limit, progress_name, interval, line,
+                         clock=action._clock, sleep=action._sleep, **options)  # pylint: disable=protected-access
+    return job.run()
 
 
 def up_to_date(progress: dict, now: float | None, keys=("elapsed",)) -> dict:
