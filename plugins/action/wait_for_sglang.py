@@ -39,7 +39,7 @@ from ansible.utils.display import Display
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _mask
 from ansible_collections.inferops.sglang.plugins.plugin_utils._async_job import ASYNC_STATUS  # noqa: F401 pylint: disable=unused-import
-from ansible_collections.inferops.sglang.plugins.plugin_utils._async_job import LINE_TEXT_MAX, progress_interval, run_job  # noqa: F401
+from ansible_collections.inferops.sglang.plugins.plugin_utils._async_job import run_job
 from ansible_collections.inferops.sglang.plugins.plugin_utils._async_job import OVERRUN_GRACE
 from ansible_collections.inferops.sglang.plugins.plugin_utils._async_job import clip as _clip
 from ansible_collections.inferops.sglang.plugins.plugin_utils._async_job import number as _number

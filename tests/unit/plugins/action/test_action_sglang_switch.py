@@ -61,7 +61,7 @@ def test_the_event_is_masked_folded_and_clipped():
     prefix = "[h] sglang_switch: gate: "
     assert long.startswith(prefix)
     text = long[len(prefix):]
-    assert len(text) == action_mod.LINE_TEXT_MAX and text.endswith("...") and text.startswith("y" * 100)
+    assert len(text) == _async_job.LINE_TEXT_MAX and text.endswith("...") and text.startswith("y" * 100)
     # an empty secret (no api_key) masks nothing
     assert action_mod.progress_line("h", {"state": "gate", "event": "plain"}, ("",)) == "[h] sglang_switch: gate: plain"
 
@@ -125,16 +125,16 @@ def test_a_wait_that_is_not_a_number_gives_no_limit(args):
 # -- progress_interval ----------------------------------------------------------------------------------------------
 
 def test_progress_interval_defaults_to_15_and_reads_numbers():
-    assert action_mod.progress_interval({}) == 15.0
-    assert action_mod.progress_interval({"progress_interval": None}) == 15.0
-    assert action_mod.progress_interval({"progress_interval": "4.5"}) == 4.5
-    assert action_mod.progress_interval({"progress_interval": 0}) == 0
+    assert _async_job.progress_interval({}) == 15.0
+    assert _async_job.progress_interval({"progress_interval": None}) == 15.0
+    assert _async_job.progress_interval({"progress_interval": "4.5"}) == 4.5
+    assert _async_job.progress_interval({"progress_interval": 0}) == 0
 
 
 @pytest.mark.parametrize("value", [-1, "often", float("nan"), [5], {}])
 def test_a_bad_progress_interval_is_refused(value):
     with pytest.raises(AnsibleActionFail, match=r"progress_interval must be 0 \(no live progress\) or a positive number"):
-        action_mod.progress_interval({"progress_interval": value})
+        _async_job.progress_interval({"progress_interval": value})
 
 
 # -- the plugin over a scripted host --------------------------------------------------------------------------------
