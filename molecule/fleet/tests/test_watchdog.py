@@ -106,13 +106,22 @@ def test_the_watchdog_is_quiet_while_a_deploy_holds_the_lock():
             "started": "2026-12-02T00:00:00Z", "renewed": "2026-12-02T00:00:00Z", "expires": now + 600, "lease_s": 600}
     h.check_output(f"umask 077; echo {json.dumps(json.dumps(lock))} > {LOCK}")
     before = len(records(h))
+    held = "a deploy holds the host's lock (run fleet-test-deploy by tester@fleet-test"
     try:
         invocation, _pid, _at = wedge(h)
-        time.sleep(RESTART_WITHIN)
+        # the watchdog's journal from the wedge on: each of its runs that finds the lock says so
+        cursor = h.check_output("journalctl -u sglang-qwen-watchdog.service --show-cursor -n 0 -q --no-pager")
+        cursor = cursor.split("cursor: ", 1)[1].strip()
+
+        def declined() -> int:
+            journal = h.check_output(f"journalctl -u sglang-qwen-watchdog.service -o cat --no-pager --after-cursor '{cursor}'")
+            return journal.count(held)
+
+        # FAILURES + 1 runs of the timer, each finding the lock, with the server wedged all along:
+        # a watchdog blind to the lock would have failed FAILURES probes in a row and restarted
+        wait(lambda: declined() >= FAILURES + 1, RESTART_WITHIN, f"{FAILURES + 1} watchdog runs that found the lock")
         assert show(h, "InvocationID") == invocation, "restarted while a deploy held the lock"
         assert len(records(h)) == before
-        journal = h.check_output("journalctl -u sglang-qwen-watchdog.service -o cat --no-pager -n 5")
-        assert "a deploy holds the host's lock (run fleet-test-deploy by tester@fleet-test" in journal
     finally:
         h.check_output(f"rm -f {LOCK}")
     # the deploy is gone: the wedge is caught now
