@@ -9,7 +9,7 @@
 # instead (make test runs the conformance tests in the lane beside deploy's).
 #
 #   .ci/molecule-lanes.sh deploy,lab,real provision,fleet
-#   .ci/molecule-lanes.sh deploy,lab,real make:conformance,provision,fleet make:lint,make:sanity make:units
+#   .ci/molecule-lanes.sh deploy,lab,real make:conformance,provision,fleet
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mapfile -t all < <(for f in molecule/*/molecule.yml; do basename "$(dirname "$f")"; done | sort)
