@@ -84,16 +84,14 @@ bench-fleet: setup
 	python lab/bench/rollout.py --down
 
 ## Every check: lint, sanity, unit tests, conformance against real SGLang,
-## molecule scenarios, in four lanes side by side (.ci/molecule-lanes.sh; make
-## prints each lane's output whole when it ends): the deploy scenarios; the
-## conformance tests, then provision and fleet; lint then sanity, niced; the
-## unit tests. The unit tests wait on real processes and real HTTP far more
-## than they compute (410 s of wall at a load of about 0.5 on 2 cores, run
-## alone), so they run beside the scenarios rather than before them.
+## molecule scenarios. The first four parts run two at a time (each is one
+## process; this machine has two cores), lint and sanity niced so that the unit
+## tests' real processes keep a core; make prints each part's output whole when
+## it ends. Then the molecule lanes, the conformance tests first in the second
+## lane (beside the deploy scenario: two streams of work at a time, not three).
 test: setup
-	$(MAKE) --no-print-directory real
-	$(MAKE) --no-print-directory molecule NICE="nice -n 10" \
-	  MOLECULE_LANES="deploy,lab,real make:conformance,provision,fleet make:lint,make:sanity make:units"
+	$(MAKE) --no-print-directory -j2 --output-sync=target real lint sanity units NICE="nice -n 10"
+	$(MAKE) --no-print-directory molecule MOLECULE_LANES="deploy,lab,real make:conformance,provision,fleet"
 
 ## ansible-lint, then each role's defaults against its meta/argument_specs.yml
 ## (tools/check_argument_specs.py); both run, and either failing fails lint.
@@ -112,11 +110,11 @@ sanity: $(SANITY_VENV)/.stamp
 	  $(CURDIR)/.ci/timed sanity $(NICE) $(CURDIR)/$(SANITY_VENV)/bin/ansible-test sanity --local --requirements --python 3.11 --color no
 
 units: $(VENV)/.stamp
-	.ci/timed units python -m pytest tests/unit --durations=25
+	.ci/timed units python -m pytest tests/unit
 
 ## The collection's claims checked against real SGLang 0.5.11 and 0.5.23 on CPU.
 conformance: $(VENV)/.stamp real
-	.ci/timed conformance python -m pytest tests/conformance --durations=25
+	.ci/timed conformance python -m pytest tests/conformance
 
 ## molecule/real mounts the real venv, stub and model from INFEROPS_REAL_ROOT.
 ## The scenarios run in lanes side by side (.ci/molecule-lanes.sh): deploy and
