@@ -4,6 +4,7 @@ into a throwaway virtual environment, and the test build in tests/fixtures/ddtre
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import hashlib
 import importlib.util
@@ -46,16 +47,20 @@ def ddtree_overlay() -> Path:
 def wheel() -> Path:
     """The SGLang wheel, from the cache or PyPI; skips the test when PyPI cannot be reached."""
     pattern = f"sglang-{SGLANG_VERSION}-*.whl"
-    found = sorted(WHEEL_CACHE.glob(pattern))
-    if not found:
-        WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
-                               "-d", str(WHEEL_CACHE), f"sglang=={SGLANG_VERSION}"],
-                              capture_output=True, text=True, timeout=600, check=False)
+    WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
+    # the test workers (pytest -n) share the cache: one downloads, the others wait for it
+    # rather than read a wheel pip is still writing
+    with open(WHEEL_CACHE / ".lock", "w", encoding="utf-8") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
         found = sorted(WHEEL_CACHE.glob(pattern))
-        if proc.returncode != 0 or not found:
-            pytest.skip(f"the SGLang {SGLANG_VERSION} wheel is not cached in {WHEEL_CACHE} and PyPI cannot be reached: "
-                        f"{(proc.stderr or proc.stdout).strip()[-300:]}")
+        if not found:
+            proc = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
+                                   "-d", str(WHEEL_CACHE), f"sglang=={SGLANG_VERSION}"],
+                                  capture_output=True, text=True, timeout=600, check=False)
+            found = sorted(WHEEL_CACHE.glob(pattern))
+            if proc.returncode != 0 or not found:
+                pytest.skip(f"the SGLang {SGLANG_VERSION} wheel is not cached in {WHEEL_CACHE} and PyPI cannot be reached: "
+                            f"{(proc.stderr or proc.stdout).strip()[-300:]}")
     return found[0]
 
 

@@ -116,8 +116,11 @@ def progress_of(lines: list[tuple[float, str]]) -> list[tuple[float, re.Match]]:
 
 
 def test_a_ready_server_shows_progress_while_the_task_runs_and_the_task_is_ok(tmp_path, server):
-    # The server's clock starts with the gate: 4 s to bind and 1 s more to be ready.
-    pid, port, log = server(bind_after=4, ready_after=1)
+    # The server's clock starts with the gate: 8 s to bind and 1 s more to be ready. A line
+    # comes at each poll of the job (progress_interval 1 s), and a poll is a module run: on a
+    # loaded machine (xdist workers beside lint and sanity) polls 2.4 s apart were seen, so
+    # the gate runs long enough for three lines at that pace.
+    pid, port, log = server(bind_after=8, ready_after=1)
     rc, lines, results = play(tmp_path, pid, port, log)
     out = "\n".join(line for when, line in lines)
     assert rc == 0, out
