@@ -84,13 +84,14 @@ bench-fleet: setup
 	python lab/bench/rollout.py --down
 
 ## Every check: lint, sanity, unit tests, conformance against real SGLang,
-## molecule scenarios. The first four parts run two at a time (each is one
-## process; this machine has two cores), lint and sanity niced so that the unit
-## tests' real processes keep a core; make prints each part's output whole when
-## it ends. Then the molecule lanes, the conformance tests first in the second
-## lane (beside the deploy scenario: two streams of work at a time, not three).
-test: setup
-	$(MAKE) --no-print-directory -j2 --output-sync=target real lint sanity units NICE="nice -n 10"
+## molecule scenarios. First the real-SGLang cache, then lint, sanity and the
+## unit tests side by side (the unit tests in three workers: they mostly wait on
+## real processes and HTTP), lint and sanity niced so that the unit tests' real
+## processes keep the cores; make prints each part's output whole when it ends.
+## Then the molecule lanes, the conformance tests first in the second lane
+## (beside the deploy scenario: two streams of work at a time, not three).
+test: setup real
+	$(MAKE) --no-print-directory -j3 --output-sync=target lint sanity units NICE="nice -n 10"
 	$(MAKE) --no-print-directory molecule MOLECULE_LANES="deploy,lab,real make:conformance,provision,fleet"
 
 ## ansible-lint, then each role's defaults against its meta/argument_specs.yml
@@ -109,8 +110,10 @@ sanity: $(SANITY_VENV)/.stamp
 	  cd $$dir/ansible_collections/inferops/sglang && \
 	  $(CURDIR)/.ci/timed sanity $(NICE) $(CURDIR)/$(SANITY_VENV)/bin/ansible-test sanity --local --requirements --python 3.11 --color no
 
+## Three workers, each a file at a time (a module's fixtures are built once).
+UNIT_WORKERS ?= 3
 units: $(VENV)/.stamp
-	.ci/timed units python -m pytest tests/unit
+	.ci/timed units python -m pytest -n $(UNIT_WORKERS) --dist loadfile tests/unit
 
 ## The collection's claims checked against real SGLang 0.5.11 and 0.5.23 on CPU.
 conformance: $(VENV)/.stamp real
