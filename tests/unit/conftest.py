@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ddtree_helpers import ddtree_overlay, lab_ddtree
-from sim_helpers import LAB, REPO, Server, free_port
+from sim_helpers import LAB, REPO, Server, free_port, write_executable
 
 sys.path.insert(0, str(LAB / "simulator"))
 sys.path.insert(0, str(REPO / "collections"))
@@ -101,9 +101,8 @@ def fake_nvidia_smi(tmp_path, monkeypatch):
         bin_dir = tmp_path / "bin"
         bin_dir.mkdir(exist_ok=True)
         smi = bin_dir / "nvidia-smi"
-        smi.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'import sys; sys.path.insert(0, \"{LAB / 'simulator'}\"); "
-                       "from sglang_simulator import nvidia_smi; sys.exit(nvidia_smi.main(sys.argv[1:]))' \"$@\"\n")
-        smi.chmod(0o755)
+        write_executable(smi, f"#!/bin/sh\nexec {sys.executable} -c 'import sys; sys.path.insert(0, \"{LAB / 'simulator'}\"); "
+                         "from sglang_simulator import nvidia_smi; sys.exit(nvidia_smi.main(sys.argv[1:]))' \"$@\"\n")
         monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
 
     return install

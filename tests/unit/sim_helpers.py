@@ -68,6 +68,15 @@ class FakeClock:
         self.now += max(0.0, seconds)
 
 
+def write_executable(path: Path, text: str) -> Path:
+    """Write a script (a test double) that the test then runs, mode 0755. A child process
+    writes it: a file this process has open for writing is "Text file busy" (ETXTBSY) to
+    exec for as long as any child forked meanwhile (another thread's, under pytest-xdist
+    too) still holds the descriptor; a file this process never opened cannot be."""
+    subprocess.run(["sh", "-c", 'cat > "$1" && chmod 0755 "$1"', "sh", str(path)], input=text, text=True, check=True)
+    return path
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

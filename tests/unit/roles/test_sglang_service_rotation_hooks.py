@@ -20,7 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import yaml
-from sim_helpers import REPO, free_port
+from sim_helpers import REPO, free_port, write_executable
 
 ROTATION = REPO / "roles" / "sglang_service" / "tasks" / "rotation.yml"
 TOKEN = "rotation-secret-4b9e1c7d2a"
@@ -137,8 +137,7 @@ def run(tmp_path_factory):
                 "content": "{{ __cases | to_json }}", "dest": str(tmp / "results.json"), "mode": "0644"}},
         ]
         wrapper = tmp / "host-python"
-        wrapper.write_text(f'#!/bin/sh\nHOOK_SIDE=host exec "{PY}" "$@"\n')
-        wrapper.chmod(0o755)
+        write_executable(wrapper, f'#!/bin/sh\nHOOK_SIDE=host exec "{PY}" "$@"\n')
         (tmp / "inventory.yml").write_text(yaml.safe_dump({"all": {"hosts": {"target": {
             "ansible_connection": "local", "ansible_python_interpreter": str(wrapper)}}}}))
         (tmp / "play.yml").write_text(yaml.safe_dump([{"hosts": "target", "gather_facts": False, "tasks": tasks}],

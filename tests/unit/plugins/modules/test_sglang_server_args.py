@@ -5,13 +5,11 @@ interpreters (shell scripts) that hang or crash."""
 
 from __future__ import annotations
 
-import errno
 import subprocess
 import sys
-import time
 
 import pytest
-from sim_helpers import MODEL, MODELS, NEXTN, run_module
+from sim_helpers import MODEL, MODELS, NEXTN, run_module, write_executable
 
 from ansible_collections.inferops.sglang.plugins.modules import sglang_server_args
 
@@ -35,14 +33,7 @@ def sim(sim_install):
 
 def run(capsys, check_mode: bool = False, **args) -> tuple[int, dict]:
     args.setdefault("python", sys.executable)
-    for _attempt in range(5):
-        rc, result = run_module(sglang_server_args.main, capsys, args, check_mode=check_mode)[:2]
-        # A stand-in interpreter just written can be "Text file busy" (ETXTBSY) for a moment
-        # when another thread of this test process forked while it was open for writing: the
-        # test's own race, never the module's, so try again.
-        if not (result.get("msg") == "Error executing command." and result.get("rc") == errno.ETXTBSY):
-            break
-        time.sleep(0.2)
+    rc, result = run_module(sglang_server_args.main, capsys, args, check_mode=check_mode)[:2]
     return rc, result
 
 
@@ -180,10 +171,7 @@ def test_check_mode_runs_the_same_check(sim, capsys):
 
 def stand_in_python(tmp_path, body: str) -> str:
     """An interpreter stand-in (a test double): a shell script."""
-    path = tmp_path / "python"
-    path.write_text("#!/bin/sh\n" + body + "\n")
-    path.chmod(0o755)
-    return str(path)
+    return str(write_executable(tmp_path / "python", "#!/bin/sh\n" + body + "\n"))
 
 
 def test_a_hanging_check_is_killed_at_the_timeout(capsys, tmp_path):
@@ -191,7 +179,7 @@ def test_a_hanging_check_is_killed_at_the_timeout(capsys, tmp_path):
     rc, result = run(capsys, python=python, argv=MODEL, timeout=2, label="variant nextn")
     assert rc == 1
     assert result["msg"] == (f"SGLang's argument check of variant nextn did not finish within 2 s in {python} (killed); "
-                             "its last output: importing sglang")
+                             "its last output: importing sglang"), result
     assert result["rc"] == 124 and 2 <= result["elapsed"] < 15
 
 
@@ -200,7 +188,7 @@ def test_a_crashed_harness_says_so_with_its_stderr(capsys, tmp_path):
     rc, result = run(capsys, python=python, argv=MODEL, label="rollback target cpu")
     assert rc == 1
     assert result["msg"] == (f"SGLang's argument check of rollback target cpu crashed in {python} (exit 139) without an "
-                             "answer: Fatal Python error: Segmentation fault")
+                             "answer: Fatal Python error: Segmentation fault"), result
     assert result["stderr"] == "Fatal Python error: Segmentation fault"
 
 

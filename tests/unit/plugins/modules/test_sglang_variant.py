@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from sim_helpers import MODELS, REPO, run_module
+from sim_helpers import MODELS, REPO, run_module, write_executable
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _model_config
 from ansible_collections.inferops.sglang.plugins.module_utils import _switch
@@ -224,13 +224,12 @@ def fixture_systemd_run(tmp_path, monkeypatch):
     bin_dir.mkdir()
     log = tmp_path / "systemd-run.log"
     script = bin_dir / "systemd-run"
-    script.write_text(f"""#!/bin/sh
+    write_executable(script, f"""#!/bin/sh
 printf '%s\\n' "$*" >> {log}
 if [ "$(cat {tmp_path}/mount)" = shared ]; then printf delivered; exit 0; fi
 echo "cat: /run/credentials/run-u7.service/inferops-credential-probe: Permission denied" >&2
 exit 1
 """)
-    script.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
 
     def make(mount: str) -> Path:
