@@ -4,7 +4,8 @@
 # a -s b). Scenarios whose lab hosts share names (ct129, ct200) must share a
 # lane; lanes share no host name. Each lane's output goes to
 # .cache/molecule/<lane>.log and is printed whole when the lane ends, with
-# the time each scenario took (also printed as each scenario ends). A scenario in no lane, or in two, is an error:
+# the time each scenario took (also printed as each scenario ends; each of its steps'
+# times go to the suite's table, .ci/molecule-steps.py). A scenario in no lane, or in two, is an error:
 # none is left out unseen. A lane's item make:TARGET runs `make TARGET` there
 # instead (make test runs the conformance tests in the lane beside deploy's).
 #
@@ -29,7 +30,8 @@ for lane in "$@"; do
       if [[ $scenario == make:* ]]; then
         make --no-print-directory "${scenario#make:}"
       else
-        .ci/timed "molecule $scenario" molecule test -s "$scenario"
+        # each step's wall time (create, prepare, converge, ...) joins the suite's table too
+        .ci/timed "molecule $scenario" molecule test -s "$scenario" 2>&1 | python3 .ci/molecule-steps.py
       fi
       rc=$?
       # to the lane's log and, as it happens, to the script's output (>&3 writes to it; tee /dev/fd/3

@@ -42,3 +42,36 @@ def test_table_orders_by_start_shows_overlap_failures_and_the_whole_wall_time():
 
 def test_table_of_nothing_says_so():
     assert "no part ran" in times.table([])
+
+
+steps_spec = importlib.util.spec_from_file_location("ci_molecule_steps", REPO / ".ci" / "molecule-steps.py")
+steps_mod = importlib.util.module_from_spec(steps_spec)
+steps_spec.loader.exec_module(steps_mod)
+
+
+def test_each_molecule_step_becomes_a_part_and_a_step_left_open_failed(tmp_path):
+    now = iter([100, 160, 160, 400, 400, 401, 900])
+    steps = steps_mod.Steps(tmp_path / "times.tsv", clock=lambda: next(now))
+    for text in ["INFO     [deploy > discovery] scenario test matrix: destroy, create, converge",
+                 "INFO     [deploy > create] Executing",
+                 "PLAY [Create] ***",
+                 "INFO     [deploy > create] Executed: Successful",
+                 "INFO     [deploy > converge] Executing",
+                 "INFO     [deploy > converge] Executed: Failed",
+                 "INFO     [deploy > verify] Executing"]:
+        steps.line(text + "\n")
+    steps.close()
+    lines = [line.split("\t") for line in (tmp_path / "times.tsv").read_text().splitlines()]
+    assert lines == [["molecule deploy: create", "100", "160", "0"], ["molecule deploy: converge", "160", "400", "1"],
+                     ["molecule deploy: verify", "400", "401", "1"]]
+    rows = [row.split() for row in times.table((tmp_path / "times.tsv").read_text().splitlines(keepends=True)).splitlines()]
+    assert rows[2][:6] == ["molecule", "deploy:", "converge", "60s", "240s", "FAILED"]
+
+
+def test_the_filter_passes_the_output_through_unchanged(tmp_path):
+    text = "INFO     [lab > create] Executing\nsome output\nINFO     [lab > create] Executed: Successful\n"
+    env = dict(os.environ, INFEROPS_CI_TIMES=str(tmp_path / "times.tsv"))
+    out = subprocess.run(["python3", str(REPO / ".ci" / "molecule-steps.py")], input=text, env=env, capture_output=True,
+                         text=True, check=True, timeout=30)
+    assert out.stdout == text
+    assert (tmp_path / "times.tsv").read_text().startswith("molecule lab: create\t")
