@@ -27,11 +27,6 @@ class Steps:
         self.clock = clock
         self.open: dict[tuple[str, str], int] = {}
 
-    def _note(self, scenario: str, step: str, start: int, ok: bool) -> None:
-        self.out.parent.mkdir(parents=True, exist_ok=True)
-        with self.out.open("a", encoding="utf-8") as handle:
-            handle.write(f"molecule {scenario}: {step}\t{start}\t{int(self.clock())}\t{0 if ok else 1}\n")
-
     def line(self, text: str) -> None:
         match = STEP.match(text)
         if not match:
@@ -43,7 +38,10 @@ class Steps:
             self.note_end(key, match["result"] == "Successful")
 
     def note_end(self, key: tuple[str, str], ok: bool) -> None:
-        self._note(*key, self.open.pop(key), ok)
+        scenario, step = key
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        with self.out.open("a", encoding="utf-8") as handle:
+            handle.write(f"molecule {scenario}: {step}\t{self.open.pop(key)}\t{int(self.clock())}\t{0 if ok else 1}\n")
 
     def close(self) -> None:
         for key in list(self.open):

@@ -2,7 +2,7 @@
 
 Each row: the part, when it started (seconds after the first part started),
 its wall time, and how it ended. Parts that overlap ran side by side (make's
-first stage two at a time, the molecule lanes). The last row is the wall time
+first stage, the molecule lanes). The last row is the wall time
 from the first start to the last end.
 
     python3 .ci/times.py .cache/ci-times.tsv

@@ -107,8 +107,9 @@ def validate_gpu_cases(real: dict[str, str]) -> dict:
 
 
 # --sleep-on-idle: an idle real scheduler otherwise spins a whole core (18.9 s of CPU in 20 s
-# idle, 0.3 s with it, on 0.5.11; it wakes on a request at once: srt/managers/scheduler.py
-# IdleSleeper polls its sockets), and the servers here are idle most of their lives
+# idle, 0.3 s with it, on real 0.5.11 here; it wakes on a request at once: 0.5.11
+# srt/managers/scheduler.py:3722-3749, IdleSleeper polls its sockets), and the servers here
+# are idle most of their lives
 CPU_ARGS = ("--device", "cpu", "--sampling-backend", "pytorch", "--disable-cuda-graph",
             "--max-total-tokens", "4096", "--context-length", "1024", "--sleep-on-idle")
 

@@ -94,8 +94,9 @@ def build_parser(release: Release, prog: str | None, ddtree: bool | None = None)
     add("--mamba-full-memory-ratio", type=float, default=None if release.cuda_graph_max_bs_removed else 0.9)
     add("--device", type=str)
     add("--sampling-backend", type=str)
-    # every release: the scheduler waits on its sockets instead of spinning while idle (real
-    # 0.5.11 srt/managers/scheduler.py IdleSleeper); the simulator never spins, so it only parses it
+    # every release (0.5.11 srt/server_args.py:408 and 4802): the scheduler waits on its sockets
+    # instead of spinning while idle (srt/managers/scheduler.py:537 and 3722-3749, IdleSleeper);
+    # the simulator never spins, so it only parses it
     add("--sleep-on-idle", action="store_true")
     if release.has_mamba_radix_cache_strategy:
         add("--mamba-radix-cache-strategy", type=str, default="auto", choices=MAMBA_RADIX_CACHE_STRATEGIES)
