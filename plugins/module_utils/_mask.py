@@ -12,7 +12,7 @@ the watchdog's journal lines and history. ``mask`` is what all of them apply; ``
 is the same for an argv list, where a flag's value is the next element whole.
 
 Used by the action plugin on the controller and by the watchdog on the host, which runs from a
-copy of the module_utils it imports (sglang_watchdog_code): standard library only.
+copy of the module_utils it imports (sglang_watchdog): standard library only.
 """
 
 from __future__ import annotations

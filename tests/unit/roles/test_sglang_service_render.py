@@ -12,8 +12,10 @@ from __future__ import annotations
 import argparse
 import json
 import importlib.util
+import os
 import shutil
 import subprocess
+import sys
 import zipfile
 
 import pytest
@@ -341,3 +343,48 @@ def test_the_watchdog_units_run_the_copied_gate_every_interval(tmp_path):
         proc = subprocess.run(["systemd-analyze", "verify", str(tmp_path / "sglang-qwen-watchdog.timer")],
                               capture_output=True, text=True, check=False)
         assert not [line for line in proc.stderr.splitlines() if "sglang-qwen-watchdog" in line], proc.stderr
+
+
+def test_the_watchdog_files_rendered_by_lookup_are_what_the_template_module_writes(tmp_path):
+    """tasks/watchdog.yml hands the module its settings and units rendered by the template lookup;
+    a host the template module wrote them on must see the same bytes (an upgrade's re-deploy
+    changes nothing). One ansible-playbook run: a role made of this role's templates, vars and
+    defaults writes each file both ways, the lookup with the expression the task file uses."""
+    tasks = yaml.safe_load((ROLE / "tasks" / "watchdog.yml").read_text())
+    (install,) = [t["inferops.sglang.sglang_watchdog"] for t in tasks
+                  if "settings" in t.get("inferops.sglang.sglang_watchdog", {})]
+    role = tmp_path / "roles" / "watchdog_render"
+    (role / "tasks").mkdir(parents=True)
+    for part in ("templates", "vars", "defaults"):
+        (role / part).symlink_to(ROLE / part)
+    out = tmp_path / "out"
+    out.mkdir()
+    files = {"settings": "sglang-watchdog.json.j2", "service": "sglang-watchdog.service.j2",
+             "timer": "sglang-watchdog.timer.j2"}
+    steps = []
+    for option, template in files.items():
+        steps.append({"ansible.builtin.template": {"src": template, "dest": str(out / f"{option}.template"),
+                                                   "mode": "0644"}})
+        steps.append({"ansible.builtin.copy": {"content": install[option], "dest": str(out / f"{option}.lookup"),
+                                               "mode": "0644"}})
+    (role / "tasks" / "main.yml").write_text(yaml.safe_dump(steps))
+    (tmp_path / "play.yml").write_text(yaml.safe_dump([{
+        "hosts": "localhost", "gather_facts": False, "roles": ["watchdog_render"],
+        "vars": {"sglang_service_name": "sglang-qwen.service", "sglang_service_api_key": "k3y",
+                 "__sglang_service_variant": {"url": "http://127.0.0.1:30000"}}}]))
+    (tmp_path / "ansible.cfg").write_text(f"[defaults]\nretry_files_enabled = False\nroles_path = {tmp_path / 'roles'}\n")
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(REPO / "collections"), ANSIBLE_CONFIG=str(tmp_path / "ansible.cfg"),
+               ANSIBLE_NOCOLOR="1", ANSIBLE_LOCALHOST_WARNING="0")
+    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,", "-c",
+                           "local", "-e", f"ansible_python_interpreter={sys.executable}", "play.yml"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for option in files:
+        written = (out / f"{option}.template").read_bytes()
+        assert (out / f"{option}.lookup").read_bytes() == written, option
+        assert written.endswith(b"\n") and not written.endswith(b"\n\n"), option
+    settings = json.loads((out / "settings.template").read_text())
+    assert settings["unit"] == "sglang-qwen.service" and settings["api_key_file"] == "/etc/sglang/sglang-qwen.yaml"
+    assert "k3y" not in (out / "settings.template").read_text()
+    assert "[Service]" in (out / "service.template").read_text()
+    assert "[Timer]" in (out / "timer.template").read_text()
