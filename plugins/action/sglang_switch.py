@@ -28,6 +28,9 @@ from ansible_collections.inferops.sglang.plugins.plugin_utils._async_job import 
 MODULE = "inferops.sglang.sglang_switch"
 PROGRESS_NAME = "sglang_switch.progress.json"
 ELAPSED_KEYS = ("elapsed", "state_elapsed")
+# The job's first status poll, s after its launch (then doubling to the 2 s period): on a host
+# with nothing to change the switch ends within a second or two.
+FIRST_POLL = 0.25
 # Seconds beyond the sum of the switch's own waits: its file work, the journal reads, the record.
 ASYNC_MARGIN = 600
 # The module's defaults (its argument_spec) of the waits summed here.
@@ -91,7 +94,7 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         result.update(run_job(self, task_vars, MODULE, async_limit(self._task.args), PROGRESS_NAME, progress_line,
-                              elapsed_keys=ELAPSED_KEYS, limit_note=f"the switch's waits + {ASYNC_MARGIN} s",
+                              first_poll=FIRST_POLL, elapsed_keys=ELAPSED_KEYS, limit_note=f"the switch's waits + {ASYNC_MARGIN} s",
                               outcome="the switch's outcome (the host's history.jsonl and switch.json say it)",
                               own_key="outcome", no_limit_reason="a wait setting is not a number"))
         return result

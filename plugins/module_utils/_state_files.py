@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 
 # The longest part of the destination's name kept in its temporary file's name.
@@ -140,18 +141,54 @@ def write_atomic(path: str, data: bytes | str, mode: int = 0o600, sync: bool = T
         fsync_dir(os.path.dirname(os.path.abspath(path)))
 
 
-def replace(path: str, text: str, mode: int = 0o600) -> bool:
-    """Write ``text`` to ``path`` in one step (``write_atomic``), so a reader sees the old
-    content or the new, never half; nothing is written when the content and mode are already
-    those. Returns whether the file changed."""
-    data = text.encode("utf-8")
+def differs(path: str, data: bytes | str, mode: int) -> bool:
+    """Whether ``path`` is not already a regular file holding ``data`` (text as UTF-8) with
+    ``mode``: missing, unreadable, another content or another mode."""
+    if isinstance(data, str):
+        data = data.encode("utf-8")
     try:
         with open(path, "rb") as handle:
-            same = handle.read() == data
-        same = same and (os.stat(path).st_mode & 0o7777) == mode
+            if handle.read() != data:
+                return True
+        return (os.lstat(path).st_mode & 0o7777) != mode
     except OSError:
-        same = False
-    if same:
+        return True
+
+
+def replace(path: str, text: bytes | str, mode: int = 0o600) -> bool:
+    """Write ``text`` to ``path`` in one step (``write_atomic``), so a reader sees the old
+    content or the new, never half; nothing is written when the content and mode are already
+    those (``differs``). Returns whether the file changed."""
+    if not differs(path, text, mode):
         return False
-    write_atomic(path, data, mode)
+    write_atomic(path, text, mode)
     return True
+
+
+def ensure_directory(path: str, mode: int, uid: int | None = None, gid: int | None = None, check: bool = False) -> bool:
+    """``path`` a directory with ``mode`` (and owner ``uid``:``gid`` when given), created (its
+    parent must exist) or mended; returns whether anything changed (``check``: would change,
+    nothing is done). A symbolic link or another kind of file at ``path`` is refused (OSError),
+    never followed: the directories of a root-only state tree are not taken from whoever
+    planted a link there."""
+    created = False
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        if check:
+            return True
+        try:
+            os.mkdir(path, mode)
+            created = True
+        except FileExistsError:
+            pass
+        info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode):
+        raise OSError(f"{path} exists and is not a directory")
+    owner = uid is not None and gid is not None and (info.st_uid, info.st_gid) != (uid, gid)
+    mended = owner or (info.st_mode & 0o7777) != mode
+    if mended and not check:
+        if owner:
+            os.lchown(path, uid, gid)
+        os.chmod(path, mode)
+    return created or mended

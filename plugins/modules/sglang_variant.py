@@ -97,6 +97,15 @@ options:
     description: Query each GPU of O(gpu_devices) with C(nvidia-smi).
     type: bool
     default: true
+  check_help:
+    description:
+      - Check the rendered flags and the speculative algorithm against C(python -m sglang.launch_server --help) (one
+        import of SGLang, seconds of CPU on a real host).
+      - The C(sglang_service) role turns it off when SGLang's own argument checks
+        (M(inferops.sglang.sglang_server_args)) run on the same command lines, which refuse what C(--help) would (an
+        unknown flag, an algorithm outside the choices) with SGLang's own message.
+    type: bool
+    default: true
   memory_plan:
     description:
       - Plan the variant's GPU memory with the planner of M(inferops.sglang.sglang_memory_plan) (the GPUs' memory is
@@ -251,7 +260,8 @@ def _resolve(p: dict, name_asked: str, host: dict) -> dict:
     if host["version"] is not None and not errors:
         out["argv"] = args = variants_mod.argv(params, host["server"], host["version"])
         out["exec_args"] = variants_mod.quote(args)
-        errors.extend(variants_mod.unsupported(args, host["help"]))
+        if p["check_help"]:
+            errors.extend(variants_mod.unsupported(args, host["help"]))
     warnings = out["memory_warnings"]
     if p["memory_plan"] and not p["check_gpus"]:
         warnings.append("the memory plan is skipped: it needs the GPUs' memory, and check_gpus is false")
@@ -307,11 +317,12 @@ def _host(module: AnsibleModule) -> dict:
         except variants_mod.VariantError as exc:
             errors.append(str(exc))
         else:
-            rc, out, err = module.run_command([p["python"], "-m", "sglang.launch_server", "--help"])
-            if rc != 0:
-                errors.append(f"python -m sglang.launch_server --help failed (exit {rc}): {(err or out).strip()[-300:]}")
-                version = None
-            help_text = out + err
+            if p["check_help"]:
+                rc, out, err = module.run_command([p["python"], "-m", "sglang.launch_server", "--help"])
+                if rc != 0:
+                    errors.append(f"python -m sglang.launch_server --help failed (exit {rc}): {(err or out).strip()[-300:]}")
+                    version = None
+                help_text = out + err
     server = dict(model_path=p["model_path"], served_model_name=p["served_model_name"], host=p["bind_host"],
                   port=p["port"], tp_size=p["tp_size"], draft_model_path=p["draft_model_path"],
                   enable_metrics=p["metrics"])
@@ -337,6 +348,7 @@ def main() -> None:
             tp_size=dict(type="int", required=True),
             gpu_devices=dict(type="list", elements="int", required=True),
             check_gpus=dict(type="bool", default=True),
+            check_help=dict(type="bool", default=True),
             memory_plan=dict(type="bool", default=True),
             memory_override=dict(type="bool", default=False),
             memory_assumptions=dict(type="dict", default={}),

@@ -65,7 +65,10 @@ LINE_TEXT_MAX = 200
 # Seconds past the async limit after which a job still not finished is given up:
 # async_wrapper checks its job every 5 s and writes the kill's record a second later.
 OVERRUN_GRACE = 15.0
-# Seconds between status polls: how late the result can reach the controller.
+# Seconds between status polls: how late the result can reach the controller. With
+# first_poll, the first poll comes that many seconds after the launch and each wait doubles
+# up to the poll period: a job that often ends at once (sglang_switch on a host with
+# nothing to change) is not waited for a whole period.
 POLL_PERIOD = 2.0
 # Seconds a job may be missing from the async directory right after its start
 # (async_wrapper's fork writes the job file while the launch returns).
@@ -156,7 +159,7 @@ class AsyncModuleJob:
     has, which tells its result from async_wrapper's kill record."""
 
     def __init__(self, action, task_vars: dict, module_name: str, module_args: dict, limit: int | None, progress_name: str,
-                 interval: float, line, *, poll_period: float = POLL_PERIOD, progress_option: str = "progress_file",
+                 interval: float, line, *, poll_period: float = POLL_PERIOD, first_poll: float | None = None, progress_option: str = "progress_file",
                  elapsed_keys=("elapsed",), label: str | None = None, limit_note: str | None = None, outcome: str = "its result",
                  own_key: str | None = None, no_limit_reason: str = "no time limit for the job",
                  missing_grace: float = MISSING_GRACE, overrun_grace: float = OVERRUN_GRACE, clock=time.monotonic, sleep=time.sleep) -> None:
@@ -169,6 +172,7 @@ class AsyncModuleJob:
         self.interval = interval
         self.line = line
         self.poll_period = poll_period
+        self.first_poll = poll_period if first_poll is None else first_poll
         self.progress_option = progress_option
         self.elapsed_keys = tuple(elapsed_keys)
         self.label = label or module_name.rsplit(".", 1)[-1]
@@ -255,8 +259,10 @@ class AsyncModuleJob:
         start = self.clock()
         next_line = start + self.interval
         seen = False
+        wait = self.first_poll
         while True:
-            self.sleep(min(self.poll_period, self.interval))
+            self.sleep(min(wait, self.poll_period, self.interval))
+            wait *= 2
             status, error = self.status(jid, async_dir, "status")
             now = self.clock()
             if status is not None and status.get("finished") and "started" in status:

@@ -225,6 +225,13 @@ def test_the_switch_runs_as_a_job_limited_to_its_waits_with_masked_lines(shown):
     assert all(KEY not in line and line.endswith("echoed ********") for line in shown)
 
 
+def test_a_switch_that_ends_at_once_is_seen_within_a_second(shown):
+    h = Harness(dict(ARGS, progress_interval=15), done=0.6)
+    assert h.run()["outcome"] == "switched"
+    # polls at 0.25 and 0.75 s (waits doubling from the first), not at the 2 s period
+    assert h.now - h.launched_at == 0.75
+
+
 def test_a_no_log_task_shows_no_event_text(shown):
     h = Harness(dict(ARGS, progress_interval=5), no_log=True)
     h.run()

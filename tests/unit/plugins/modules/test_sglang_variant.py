@@ -101,6 +101,22 @@ def test_a_removed_flag_is_found_before_the_unit_changes(host, capsys):
     assert result["sglang_version"] == "0.5.20+simulator"
 
 
+def test_without_the_help_check_the_flags_are_left_to_sglangs_own_argument_checks(host, capsys, monkeypatch):
+    host(version="0.5.20")
+    ran: list[list[str]] = []
+    real_run = sglang_variant.AnsibleModule.run_command
+    monkeypatch.setattr(sglang_variant.AnsibleModule, "run_command",
+                        lambda module, args, **kw: ran.append(list(args)) or real_run(module, args, **kw))
+    rc, result = run(capsys, name="nextn", common={"extra_args": ["--cuda-graph-max-bs", "16"]}, check_help=False)
+    # nothing imports the server for --help; the command line is rendered as it is, for
+    # sglang_server_args (the role runs it when it turns this check off) to argue with
+    assert rc == 0, result
+    assert not any("--help" in argv for argv in ran) and any("importlib.metadata" in " ".join(argv) for argv in ran)
+    assert result["argv"][-2:] == ["--cuda-graph-max-bs", "16"]
+    rc, result = run(capsys, name="nextn", common={"extra_args": ["--cuda-graph-max-bs", "16"]})
+    assert rc == 1 and any("--help" in argv for argv in ran)
+
+
 def test_ddtree_without_the_patched_build(host, capsys):
     host(ddtree=False)
     rc, result = run(capsys, name="shadow")
@@ -280,7 +296,7 @@ def test_the_baseline_is_resolved_with_the_same_options_as_the_variant(host, cap
     assert rc == 0 and baseline["memory_plan"] == alone["memory_plan"] and baseline["argv"] == alone["argv"]
     # the role's templates, and current.json, which the switch writes from the variant or the baseline
     rendered = {key for path in (REPO / "roles/sglang_service").rglob("*") if path.suffix in (".yml", ".j2")
-                for key in re.findall(r"_sglang_service_render\.(\w+)", path.read_text())} | set(_switch.CURRENT_KEYS)
+                for key in re.findall(r"\b_sglang_service_render\.(\w+)", path.read_text())} | set(_switch.CURRENT_KEYS)
     assert {"variant", "params", "argv", "exec_args", "sglang_version"} <= rendered
     for key in rendered | {"max_position_embeddings", "memory_plan"}:
         assert baseline[key] == alone[key], key

@@ -150,6 +150,20 @@ def test_a_job_that_finishes_after_some_polls_prints_the_callbacks_lines_at_the_
     assert host.commands[-1] == f"rm -f -r {TMP} > /dev/null 2>&1" and host.shell.tmpdir is None
 
 
+def test_the_first_polls_come_soon_after_the_launch_and_back_off_to_the_poll_period(shown):
+    host = Host(job=lambda t: running() if t < 0.7 else finished(RESULT))
+    assert host.run(first_poll=0.25, poll_period=2) == RESULT
+    # a job that ends at once is seen within a second, not at the first 2 s poll
+    assert host.sleeps == [0.25, 0.5] and host.since() == 0.75
+    host = Host(job=lambda t: running() if t < 9 else finished(RESULT))
+    host.run(first_poll=0.25, poll_period=2)
+    assert host.sleeps == [0.25, 0.5, 1, 2, 2, 2, 2]
+    # without first_poll, every wait is the poll period
+    host = Host(job=lambda t: running() if t < 0.7 else finished(RESULT))
+    host.run(poll_period=2)
+    assert host.sleeps == [2]
+
+
 def test_an_interval_shorter_than_the_poll_period_polls_at_the_interval(shown):
     host = Host(job=lambda t: running() if t < 3 else finished(RESULT), file=step)
     host.run(interval=1, poll_period=2)
