@@ -45,6 +45,7 @@ HOLDER_FIELDS = ("service", "variant", "controller_user", "controller_host", "co
 DEFAULT_LEASE = 1800
 # Where the kernel says which boot this is: a job's pid means nothing after a reboot.
 BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
+PROC = "/proc"
 # How often acquire() re-reads a lock that changed under it before giving up.
 ATTEMPTS = 5
 
@@ -132,15 +133,41 @@ def boot_id(path: str = BOOT_ID_FILE) -> str | None:
         return None
 
 
-def job_alive(record: dict, this_boot: str | None = None, alive: Callable[[int], bool] = pid_alive) -> int | None:
-    """The pid of the record's switch job when it still runs on this host (same boot), else None."""
+def process_start(pid: int, proc: str = PROC) -> int | None:
+    """When the process ``pid`` started, in clock ticks since boot (/proc/PID/stat's 22nd field,
+    proc(5)); None when there is no such process or the kernel does not say. With the boot id,
+    it names one process: a pid reused by a later process has another start."""
+    try:
+        with open(f"{proc}/{int(pid)}/stat", "r", encoding="utf-8", errors="replace") as handle:
+            text = handle.read()
+    except (OSError, ValueError):
+        return None
+    # the command name (field 2) is in parentheses and may itself hold ")" or spaces
+    fields = text[text.rfind(")") + 1:].split()
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def job_alive(record: dict, this_boot: str | None = None, alive: Callable[[int], bool] = pid_alive,
+              start_of: Callable[[int], int | None] = process_start) -> int | None:
+    """The pid of the record's switch job when it still runs on this host (same boot, and the
+    process with that pid started when the job did: not a later process given the same pid),
+    else None. A record without the job's start (written before it was kept) is judged by the
+    pid and boot alone."""
     pid = record.get("job_pid")
     if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
         return None
     this_boot = this_boot if this_boot is not None else boot_id()
     if not this_boot or record.get("job_boot_id") != this_boot:
         return None
-    return pid if alive(pid) else None
+    if not alive(pid):
+        return None
+    started = record.get("job_start")
+    if isinstance(started, int) and not isinstance(started, bool) and start_of(pid) != started:
+        return None
+    return pid
 
 
 def holder_gone(record: dict, controller_host: str | None, alive: Callable[[int], bool] = pid_alive) -> str | None:
@@ -334,9 +361,11 @@ def renew(path: str, run_id: str, lease: int = DEFAULT_LEASE, check_mode: bool =
 
 def claim_for_job(path: str, run_id: str, pid: int, lease: int = DEFAULT_LEASE, this_boot: str | None = None,
                   now: Callable[[], float] = time.time) -> dict:
-    """Mark this run's lock as held by its switch job (``pid`` on this boot) and extend the
-    lease; renewed as the job goes on (``renew`` keeps the job's fields). Returns as renew."""
-    job = dict(job_pid=int(pid), job_boot_id=this_boot if this_boot is not None else boot_id())
+    """Mark this run's lock as held by its switch job (``pid`` on this boot, with its start:
+    ``process_start``) and extend the lease; renewed as the job goes on (``renew`` keeps the
+    job's fields). Returns as renew."""
+    job = dict(job_pid=int(pid), job_boot_id=this_boot if this_boot is not None else boot_id(),
+               job_start=process_start(pid))
     return renew(path, run_id, lease, now=now, fields=job)
 
 

@@ -24,7 +24,7 @@ description:
   - From the pre-gate on, every state entered is written to the marker C(switch.json) in O(service_dir). A job that
     did not finish (a host rebooted) leaves it, and the next switch, finding it, switches again and records
     C(repaired_interrupted_run).
-  - With O(lock_file), the job writes its pid and the host's boot id into this run's deploy lock (see
+  - With O(lock_file), the job writes its pid, its start time and the host's boot id into this run's deploy lock (see
     M(inferops.sglang.sglang_deploy_lock)) and renews its lease as it goes, so a second deploy waits for the job even when
     this job's controller is gone, and a job that lost its lock does not start.
   - Nothing is rendered here; the role renders the variant into O(staging) and, for a first deploy, the baseline into

@@ -75,6 +75,28 @@ def test_a_job_on_this_boot_whose_pid_lives_is_alive():
     assert lock.job_alive(record, BOOT, alive=lambda pid: True) == os.getpid()
 
 
+def test_a_pid_reused_by_a_later_process_is_not_the_job():
+    started = lock.process_start(os.getpid())
+    assert isinstance(started, int) and started > 0
+    record = {"job_pid": os.getpid(), "job_boot_id": BOOT, "job_start": started}
+    assert lock.job_alive(record, BOOT) == os.getpid()
+    # the same pid on the same boot, but a process that started later: the job is gone
+    assert lock.job_alive(dict(record, job_start=started - 1), BOOT) is None
+    assert lock.job_alive(record, BOOT, start_of=lambda pid: started + 7) is None
+    # a record written before the start was kept is judged by the pid and the boot
+    assert lock.job_alive({"job_pid": os.getpid(), "job_boot_id": BOOT}, BOOT, start_of=lambda pid: None) == os.getpid()
+
+
+def test_process_start_reads_the_22nd_field_whatever_the_command_name_holds(tmp_path):
+    (tmp_path / "4242").mkdir()
+    fields = " ".join(str(n) for n in range(3, 22))  # fields 3..21, then starttime
+    (tmp_path / "4242" / "stat").write_text(f"4242 (sglang) x (1 2)) {fields} 987654 22 23\n")
+    assert lock.process_start(4242, proc=str(tmp_path)) == 987654
+    assert lock.process_start(4343, proc=str(tmp_path)) is None
+    (tmp_path / "4242" / "stat").write_text("4242 (cut")
+    assert lock.process_start(4242, proc=str(tmp_path)) is None
+
+
 def test_a_job_whose_pid_is_gone_is_not_alive():
     pid = dead_pid()
     assert lock.job_alive({"job_pid": pid, "job_boot_id": BOOT}, BOOT) is None
@@ -117,7 +139,7 @@ def test_claim_for_job_marks_this_runs_lock_and_keeps_its_holder(path):
     result = lock.claim_for_job(path, A, 5151, lease=1800, this_boot=BOOT, now=lambda: NOW + 120)
     after = on_disk(path)
     assert result["lost"] is False and result["changed"] is True and result["holder"] == after
-    assert after["job_pid"] == 5151 and after["job_boot_id"] == BOOT
+    assert after["job_pid"] == 5151 and after["job_boot_id"] == BOOT and after["job_start"] == lock.process_start(5151)
     assert after["expires"] == int(NOW) + 120 + 1800 and after["lease_s"] == 1800
     assert after["renewed"] == "2026-12-01T10:02:00Z" and after["started"] == before["started"]
     for key in lock.HOLDER_FIELDS + ("run_id",):
@@ -129,6 +151,9 @@ def test_claim_for_job_reads_the_boot_id_when_not_given(path, this_boot):
     lock.acquire(path, A, ALICE)
     lock.claim_for_job(path, A, os.getpid())
     assert on_disk(path)["job_boot_id"] == BOOT and on_disk(path)["job_pid"] == os.getpid()
+    # the job's start is kept with its pid: the lock names this process, found alive
+    assert on_disk(path)["job_start"] == lock.process_start(os.getpid()) is not None
+    assert lock.job_alive(on_disk(path)) == os.getpid()
 
 
 def test_claim_for_job_on_another_runs_lock_is_lost_and_changes_nothing(path):
