@@ -6,8 +6,9 @@ from __future__ import annotations
 
 
 class ModuleDocFragment:
-    # A module that only reads the host: full check mode support, no diff.
-    READ_ONLY = r"""
+    # Full check mode support, no diff: a module that only reads the host, or one that says
+    # in its own attributes (check_mode details, diff_mode) how it predicts a change.
+    CHECK_MODE = r"""
 attributes:
   check_mode:
     description: Can run in check mode and return the changed status prediction without modifying the target.

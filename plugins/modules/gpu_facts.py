@@ -27,7 +27,7 @@ description:
 author:
   - inferops.sglang contributors (@inferops)
 extends_documentation_fragment:
-  - inferops.sglang.attributes.READ_ONLY
+  - inferops.sglang.attributes.CHECK_MODE
 options:
   nvidia_smi:
     description: The C(nvidia-smi) program, a path or a name looked up on C(PATH).

@@ -24,7 +24,7 @@ description:
 author:
   - inferops.sglang contributors (@inferops)
 extends_documentation_fragment:
-  - inferops.sglang.attributes.READ_ONLY
+  - inferops.sglang.attributes.CHECK_MODE
 options:
   url:
     description: The server's base URL.

@@ -38,16 +38,12 @@ description:
     module runs as (root, with become).
 author:
   - inferops.sglang contributors (@inferops)
+extends_documentation_fragment:
+  - inferops.sglang.attributes.CHECK_MODE
 attributes:
   action:
     description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
     support: full
-  check_mode:
-    description: Can run in check mode and return the changed status prediction without modifying the target.
-    support: full
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
 options:
   path:
     description: The lock file on the host, for example C({{ _sglang_service_dir }}/deploy.lock).

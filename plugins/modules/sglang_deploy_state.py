@@ -29,14 +29,11 @@ description:
     differs from the rendering, and the task reports a change when one does or a directory would be made.
 author:
   - inferops.sglang contributors (@inferops)
+extends_documentation_fragment:
+  - inferops.sglang.attributes.CHECK_MODE
 attributes:
   check_mode:
-    description: Can run in check mode and return the changed status prediction without modifying the target.
-    support: full
     details: O(step=amend) and O(step=stage) write nothing in check mode.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
 options:
   step:
     description: What to do.

@@ -137,13 +137,12 @@ options:
     description: O(state=read). Overrides for every variant.
     type: dict
     default: {}
+extends_documentation_fragment:
+  - inferops.sglang.attributes.CHECK_MODE
 attributes:
   check_mode:
-    description: Can run in check mode and return the changed status prediction without modifying the target.
-    support: full
     details: O(state=present) reports whether the file would change and writes nothing.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
     details: The manifest before and after, as JSON.
 """

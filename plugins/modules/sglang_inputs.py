@@ -27,7 +27,7 @@ description:
 author:
   - inferops.sglang contributors (@inferops)
 extends_documentation_fragment:
-  - inferops.sglang.attributes.READ_ONLY
+  - inferops.sglang.attributes.CHECK_MODE
 options:
   service_name:
     description: The unit's name (C(sglang_service_name)).

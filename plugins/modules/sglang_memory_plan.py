@@ -28,7 +28,7 @@ description:
 author:
   - inferops.sglang contributors (@inferops)
 extends_documentation_fragment:
-  - inferops.sglang.attributes.READ_ONLY
+  - inferops.sglang.attributes.CHECK_MODE
   - inferops.sglang.variant_table
 options:
   names:

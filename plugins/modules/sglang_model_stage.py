@@ -25,14 +25,11 @@ description:
     without a manifest, the index and the headers alone), and with O(verify=full) every file's sha256 too.
 author:
   - inferops.sglang contributors (@inferops)
+extends_documentation_fragment:
+  - inferops.sglang.attributes.CHECK_MODE
 attributes:
   check_mode:
-    description: Can run in check mode and return the changed status prediction without modifying the target.
-    support: full
     details: In check mode nothing is fetched or written; RV(msg) says what would be staged.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
 options:
   path:
     description: The model path the server is given (C(--model-path)), e.g. C(/srv/models/Qwen3.6-27B).

@@ -54,7 +54,7 @@ description:
 author:
   - inferops.sglang maintainers (@inferops)
 extends_documentation_fragment:
-  - inferops.sglang.attributes.READ_ONLY
+  - inferops.sglang.attributes.CHECK_MODE
 options:
   python:
     description: The Python of the SGLang virtual environment.

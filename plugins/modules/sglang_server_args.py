@@ -32,7 +32,7 @@ description:
 author:
   - inferops.sglang contributors (@inferops)
 extends_documentation_fragment:
-  - inferops.sglang.attributes.READ_ONLY
+  - inferops.sglang.attributes.CHECK_MODE
 options:
   python:
     description: The Python of the environment SGLang is installed in.

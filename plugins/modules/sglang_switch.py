@@ -32,14 +32,11 @@ description:
   - In check mode, inspects and decides only and says what a run would do (RV(would), RV(switch), and the message); nothing changes.
 author:
   - inferops.sglang contributors (@inferops)
+extends_documentation_fragment:
+  - inferops.sglang.attributes.CHECK_MODE
 attributes:
   check_mode:
-    description: Can run in check mode and return the changed status prediction without modifying the target.
-    support: full
     details: Inspects and decides; nothing on the host changes.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
 options:
   service:
     description: The systemd unit.

@@ -27,17 +27,14 @@ description:
     settings file are removed and systemd is reloaded. The code's tree is left in place.
 author:
   - inferops.sglang contributors (@inferops)
+extends_documentation_fragment:
+  - inferops.sglang.attributes.CHECK_MODE
 attributes:
   check_mode:
-    description: Can run in check mode and return the changed status prediction without modifying the target.
-    support: full
     details:
       - In check mode nothing is written or removed and no systemctl command that changes anything runs;
         RV(written), RV(removed) and RV(timer) say what would be done.
       - A timer whose unit file does not exist yet is not asked about; it would be enabled and started.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
 options:
   state:
     description:

@@ -80,7 +80,7 @@ description:
 author:
   - inferops.sglang contributors (@inferops)
 extends_documentation_fragment:
-  - inferops.sglang.attributes.READ_ONLY
+  - inferops.sglang.attributes.CHECK_MODE
 attributes:
   check_mode:
     details: In check mode nothing is requested from the server; the module reports what it would wait for.
