@@ -113,11 +113,11 @@ sanity: $(SANITY_VENV)/.stamp
 ## Three workers, each a file at a time (a module's fixtures are built once).
 UNIT_WORKERS ?= 3
 units: $(VENV)/.stamp
-	.ci/timed units python -m pytest -n $(UNIT_WORKERS) --dist loadfile tests/unit
+	.ci/timed units python -m pytest -n $(UNIT_WORKERS) --dist loadfile --durations=20 tests/unit
 
 ## The collection's claims checked against real SGLang 0.5.11 and 0.5.23 on CPU.
 conformance: $(VENV)/.stamp real
-	.ci/timed conformance python -m pytest tests/conformance
+	.ci/timed conformance python -m pytest --durations=20 tests/conformance
 
 ## molecule/real mounts the real venv, stub and model from INFEROPS_REAL_ROOT.
 ## The scenarios run in lanes side by side (.ci/molecule-lanes.sh): deploy and
