@@ -152,7 +152,8 @@ def test_claim_for_job_reads_the_boot_id_when_not_given(path, this_boot):
     lock.claim_for_job(path, A, os.getpid())
     assert on_disk(path)["job_boot_id"] == BOOT and on_disk(path)["job_pid"] == os.getpid()
     # the job's start is kept with its pid: the lock names this process, found alive
-    assert on_disk(path)["job_start"] == lock.process_start(os.getpid()) is not None
+    started = lock.process_start(os.getpid())
+    assert started is not None and on_disk(path)["job_start"] == started
     assert lock.job_alive(on_disk(path)) == os.getpid()
 
 
