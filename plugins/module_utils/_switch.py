@@ -273,7 +273,8 @@ def _sha1(data: bytes | None) -> str | None:
     return None if data is None else hashlib.sha1(data).hexdigest()
 
 
-def _mode(value: str | int) -> int:
+def file_mode(value: str | int) -> int:
+    """A mode given as octal text ("0600") or as a number (YAML's unquoted 0600)."""
     return value if isinstance(value, int) else int(str(value), 8)
 
 
@@ -415,7 +416,7 @@ class Switch:
 
     def _copy_files(self, names_from: str, files: list[dict]) -> None:
         for item in files:
-            self.host.copy(posixpath.join(names_from, item["name"]), item["src"], _mode(item["mode"]))
+            self.host.copy(posixpath.join(names_from, item["name"]), item["src"], file_mode(item["mode"]))
 
     def _marker(self) -> bytes:
         doc = {"variant": self.s.variant["variant"], "from": self.before.get("variant"), "run_id": self.s.run_id,

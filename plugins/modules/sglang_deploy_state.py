@@ -155,11 +155,6 @@ ROOT = 0
 BASELINE = "baseline"
 
 
-def _mode(value) -> int:
-    """A mode given as octal text ("0700") or as a number (YAML's unquoted 0700)."""
-    return value if isinstance(value, int) else int(str(value), 8)
-
-
 def stage(params: dict, run_command, check: bool) -> dict:
     """O(step=stage): the directories, this run's staging directory and its files, each staged
     unit verified by systemd. Raises _switch.HostError with what failed."""
@@ -168,11 +163,12 @@ def stage(params: dict, run_command, check: bool) -> dict:
     for name, given in (("contents", contents), ("baseline_contents", baseline)):
         if given is not None and len(given) != len(files):
             raise _switch.HostError(f"{name} has {len(given)} texts for {len(files)} files")
-    differ = [f["name"] for f, text in zip(files, contents) if _state_files.differs(f["src"], text, _mode(f["mode"]))]
+    differ = [f["name"] for f, text in zip(files, contents)
+              if _state_files.differs(f["src"], text, _switch.file_mode(f["mode"]))]
     changed_dirs = []
     for item in params["directories"]:
         try:
-            if _state_files.ensure_directory(item["path"], _mode(item["mode"]), ROOT, ROOT, check):
+            if _state_files.ensure_directory(item["path"], _switch.file_mode(item["mode"]), ROOT, ROOT, check):
                 changed_dirs.append(item["path"])
         except OSError as exc:
             raise _switch.HostError(f"cannot make the directory {item['path']}: {exc}") from exc
