@@ -22,21 +22,26 @@ def timed(tmp_path, part: str, *argv: str) -> subprocess.CompletedProcess:
 
 def test_timed_passes_the_exit_status_and_output_through_and_notes_the_part(tmp_path):
     ok = timed(tmp_path, "units", "sh", "-c", "echo out; echo err >&2")
+    # a CPU-bound child: its CPU time is the part's, measured after it was waited for
+    busy = timed(tmp_path, "busy", "python3", "-c",
+                 "import time\nend = time.process_time() + 1.2\nwhile time.process_time() < end: pass")
     failed = timed(tmp_path, "molecule deploy", "sh", "-c", "exit 3")
     assert (ok.returncode, ok.stdout, ok.stderr) == (0, "out\n", "err\n")
     assert failed.returncode == 3
     lines = [line.split("\t") for line in (tmp_path / "times.tsv").read_text().splitlines()]
-    assert [(line[0], line[3]) for line in lines] == [("units", "0"), ("molecule deploy", "3")]
+    assert [(line[0], line[3]) for line in lines] == [("units", "0"), ("busy", "0"), ("molecule deploy", "3")]
     assert all(int(line[1]) <= int(line[2]) for line in lines)
+    assert [int(line[4]) for line in lines] == [0, 1, 0]
 
 
 def test_table_orders_by_start_shows_overlap_failures_and_the_whole_wall_time():
-    out = times.table(["units\t1000\t1300\t0\n", "lint\t1000\t1100\t0\n",
+    out = times.table(["units\t1000\t1300\t0\t410\n", "lint\t1000\t1100\t0\t90\n",
                        "molecule deploy\t1300\t1900\t2\n", "a torn line\n"])
     rows = [row.split() for row in out.splitlines()]
-    assert rows[1][:3] == ["lint", "0s", "100s"]
-    assert rows[2][:4] == ["units", "0s", "300s", "ok"]
-    assert rows[3][:5] == ["molecule", "deploy", "300s", "600s", "FAILED"]
+    assert rows[0] == ["part", "from", "wall", "cpu", "result"]
+    assert rows[1][:4] == ["lint", "0s", "100s", "90s"]
+    assert rows[2][:5] == ["units", "0s", "300s", "410s", "ok"]
+    assert rows[3][:6] == ["molecule", "deploy", "300s", "600s", "-", "FAILED"]
     assert rows[-1] == ["all", "0s", "900s"]
 
 
@@ -65,7 +70,7 @@ def test_each_molecule_step_becomes_a_part_and_a_step_left_open_failed(tmp_path)
     assert lines == [["molecule deploy: create", "100", "160", "0"], ["molecule deploy: converge", "160", "400", "1"],
                      ["molecule deploy: verify", "400", "401", "1"]]
     rows = [row.split() for row in times.table((tmp_path / "times.tsv").read_text().splitlines(keepends=True)).splitlines()]
-    assert rows[2][:6] == ["molecule", "deploy:", "converge", "60s", "240s", "FAILED"]
+    assert rows[2][:7] == ["molecule", "deploy:", "converge", "60s", "240s", "-", "FAILED"]
 
 
 def test_the_filter_passes_the_output_through_unchanged(tmp_path):
