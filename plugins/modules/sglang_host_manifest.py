@@ -214,38 +214,17 @@ errors:
   elements: str
 """
 
-import json
 import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.inferops.sglang.plugins.module_utils import _gpu as gpu_mod
 from ansible_collections.inferops.sglang.plugins.module_utils import _host_manifest as hm
-from ansible_collections.inferops.sglang.plugins.module_utils import _variants as variants_mod
+from ansible_collections.inferops.sglang.plugins.module_utils import _preflight
 
 
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-def _ddtree(path: str) -> dict | None:
-    try:
-        with open(path, "r", encoding="utf-8") as handle:
-            data = json.load(handle)
-    except (OSError, UnicodeDecodeError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _probed_minors(module: AnsibleModule, missing: list[int]) -> dict[int, int | None]:
-    """GPU index -> device minor read on the host now, for the GPUs in ``missing``: nvidia-smi gives
-    each GPU's bus id, the driver's procfs its minor. Nothing is run without that procfs directory."""
-    proc_dir = module.params["driver_proc_dir"]
-    if not missing or not os.path.isdir(os.path.join(proc_dir, "gpus")):
-        return {}
-    found = gpu_mod.read_inventory(module.run_command)
-    return {gpu["index"]: gpu_mod.device_minor(proc_dir, gpu) for gpu in found["gpus"] if gpu.get("index") in missing}
 
 
 def _present(module: AnsibleModule) -> None:
@@ -256,7 +235,7 @@ def _present(module: AnsibleModule) -> None:
     except hm.ManifestError as exc:
         old = None
         module.warn(f"replacing an unusable host manifest: {exc}")
-    new = hm.build(p["gpus"], p["cuda"], p["runtime"], p["probe"], _ddtree(p["ddtree_manifest"]), p["provenance"],
+    new = hm.build(p["gpus"], p["cuda"], p["runtime"], p["probe"], _preflight.ddtree_manifest(p["ddtree_manifest"]), p["provenance"],
                    _now(), p["probe_environment"], p["probe_checks"], p["ddtree_rejected"])
     exists = os.path.exists(path)
     changed = not hm.same(old, new)
@@ -284,47 +263,13 @@ def _present(module: AnsibleModule) -> None:
 
 
 def _read(module: AnsibleModule) -> None:
-    p = module.params
-    path = p["path"]
     try:
-        manifest = hm.read(path)
-    except hm.ManifestMissing as exc:
-        if p["required"]:
-            msg = (f"no host manifest: {exc}. To deploy without one set sglang_service_host_manifest_required: false "
-                   "and give sglang_service_tp_size and sglang_service_gpu_devices")
-            module.fail_json(msg=msg, errors=[msg], path=path, exists=False)
-        manifest = None
-    except hm.ManifestError as exc:
-        module.fail_json(msg=str(exc), errors=[str(exc)], path=path, exists=True)
-
-    settings, sources, errors, warnings = hm.settings(manifest, p["tp_size"], p["gpu_devices"], p["python"],
-                                                      p["environment"], p["use_environment"])
-    known = hm.device_minors(manifest)
-    settings["gpu_nodes"], sources["gpu_nodes"] = hm.gpu_nodes(
-        settings["gpu_devices"], known, _probed_minors(module, [d for d in settings["gpu_devices"] if d not in known]))
-    result = dict(changed=False, path=path, exists=manifest is not None, settings=settings, sources=sources)
-    if manifest is not None:
-        result["manifest"] = manifest
-    if p["name"]:
-        try:
-            name, params = variants_mod.resolve(p["name"], p["variants"], p["aliases"], p["overrides"], p["common"])
-        except variants_mod.VariantError:
-            pass  # not this module's to say: sglang_variant, next in the preflight, names what is wrong
-        else:
-            result["variant"] = name
-            if manifest is None:
-                warnings.append(f"no host manifest: variant {name}'s build is not checked against a probe verdict")
-            else:
-                needed = hm.build_needed(params)
-                result["build"] = dict(needed=needed, verdict=(manifest.get("builds") or {}).get(needed))
-                problem = hm.refusal(name, params, manifest, hm.ddtree_installed(_ddtree(p["ddtree_manifest"])))
-                if problem:
-                    errors.append(problem)
-    if errors:
-        module.fail_json(msg="the host manifest refuses this deploy: " + "; ".join(errors), errors=errors, **result)
+        result, warnings = _preflight.manifest_read(module.params, module.run_command)
+    except _preflight.Refused as exc:
+        module.fail_json(msg=exc.msg, **exc.result)
     for warning in warnings:
         module.warn(warning)
-    module.exit_json(**result)
+    module.exit_json(changed=False, **result)
 
 
 def main() -> None:

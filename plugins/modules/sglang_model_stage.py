@@ -127,32 +127,19 @@ problems:
   elements: str
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _model_stage as ms
+from ansible_collections.inferops.sglang.plugins.module_utils import _preflight
 
 
 def _verified(module: AnsibleModule) -> None:
     p = module.params
-    directory = p["path"]
     try:
-        manifest = ms.local_manifest(directory) if os.path.isdir(directory) else None
-    except ms.StageError as exc:
-        module.fail_json(msg=f"model {directory}: {exc}", path=directory, problems=[str(exc)])
-    problems = ms.check(directory, manifest, full=p["verify"] == "full")
-    marker = ms.current(directory)["marker"] or {}
-    result = dict(changed=False, path=directory, revision=marker.get("revision"), problems=problems,
-                  files=len(manifest["files"]) if manifest else None,
-                  bytes=sum(e["size"] for e in manifest["files"].values()) if manifest else None)
-    if p["revision"] and marker.get("revision") != p["revision"]:
-        problems.append(f"it is revision {marker.get('revision') or '(none recorded)'}, not {p['revision']}")
-    if problems:
-        module.fail_json(msg=f"model {directory} fails the {p['verify']} check: " + "; ".join(problems), **result)
-    module.exit_json(msg=f"model {directory} passes the {p['verify']} check"
-                         + (f" ({result['files']} files, {result['bytes']} bytes)" if manifest else
-                            " (no manifest: the safetensors index and headers)"), **result)
+        result = _preflight.model_verified(p["path"], p["verify"], p["revision"])
+    except _preflight.Refused as exc:
+        module.fail_json(msg=exc.msg, **exc.result)
+    module.exit_json(changed=False, **result)
 
 
 def main() -> None:

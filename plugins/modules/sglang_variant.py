@@ -203,132 +203,8 @@ errors:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.inferops.sglang.plugins.module_utils import _credentials
-from ansible_collections.inferops.sglang.plugins.module_utils import _deploy
-from ansible_collections.inferops.sglang.plugins.module_utils import _gpu as gpu_mod
-from ansible_collections.inferops.sglang.plugins.module_utils import _memplan
-from ansible_collections.inferops.sglang.plugins.module_utils import _model_config
+from ansible_collections.inferops.sglang.plugins.module_utils import _preflight
 from ansible_collections.inferops.sglang.plugins.module_utils import _variants as variants_mod
-
-
-def memory_refusal(name: str, plan: dict) -> str:
-    """Why the deploy refuses a variant the planner says cannot fit, and what would."""
-    fixes = "; or ".join(plan.get("suggestions") or [])
-    return (f"variant {name} does not fit in GPU memory ({plan['binding'].replace('_', ' ')}, SGLang "
-            f"{plan['sglang_version']}, tp_size {plan['tp_size']}, {plan['gpu_memory_gib']} GiB GPUs): {plan['reason']}. "
-            + (f"It would fit with: {fixes}. " if fixes else "")
-            + "To deploy it anyway: -e memory_override=true (deploy.yml) or sglang_service_memory_override: true")
-
-
-def _model(path: str, what: str, errors: list[str]) -> dict | None:
-    """The model directory (_model_config.read, without the weights), or None with the problem in errors."""
-    hidden = _model_config.sandbox_problem(path, what)
-    if hidden:
-        errors.append(hidden)
-    try:
-        model = _model_config.read(path, weights=False, what=what)
-    except _model_config.ModelConfigError as exc:
-        errors.append(str(exc))
-        return None
-    return None if hidden else model
-
-
-def _resolve(p: dict, name_asked: str, host: dict) -> dict:
-    """One variant of the table resolved with the module's options and checked against what
-    ``host`` found (the model, the GPUs' memory, the installed version and its --help):
-    variant, params, argv, exec_args, memory_plan, memory_warnings, errors."""
-    out = dict(variant=name_asked, params={}, argv=[], exec_args="", memory_plan=None, memory_warnings=[], errors=[])
-    try:
-        name, params = variants_mod.resolve(name_asked, p["variants"], p["aliases"], p["overrides"], p["common"])
-    except variants_mod.VariantError as exc:
-        out["errors"].append(str(exc))
-        return out
-    out.update(variant=name, params=params)
-    errors = out["errors"]
-    errors.extend(variants_mod.check(params))
-    max_len = host["max_position_embeddings"]
-    ctx = params.get("context_length")
-    if max_len and isinstance(ctx, int) and ctx > max_len:
-        errors.append(f"context_length {ctx} exceeds the model's max_position_embeddings {max_len}")
-    if params.get("draft_model"):
-        if not p["draft_model_path"]:
-            errors.append(f"variant {name} needs a draft model but draft_model_path is not set")
-        else:
-            errors.extend(host["draft_errors"])
-    if host["errors"]:
-        return out
-    if host["version"] is not None and not errors:
-        out["argv"] = args = variants_mod.argv(params, host["server"], host["version"])
-        out["exec_args"] = variants_mod.quote(args)
-        if p["check_help"]:
-            errors.extend(variants_mod.unsupported(args, host["help"]))
-    warnings = out["memory_warnings"]
-    if p["memory_plan"] and not p["check_gpus"]:
-        warnings.append("the memory plan is skipped: it needs the GPUs' memory, and check_gpus is false")
-    elif p["memory_plan"] and not errors:
-        try:
-            plan = _memplan.plan_resolved(params, p["model_path"], p["draft_model_path"], host["memory"], p["tp_size"],
-                                          host["version_text"], p["memory_assumptions"])
-        except _memplan.PlanError as exc:
-            errors.append(f"memory plan: {exc}")
-        else:
-            out["memory_plan"] = plan
-            if not plan["fits"] and not p["memory_override"]:
-                errors.append(memory_refusal(name, plan))
-            elif not plan["fits"]:
-                warnings.append(f"variant {name} does not fit this host's GPU memory and runs because memory_override "
-                                f"is set: {plan['reason']}")
-    return out
-
-
-def _host(module: AnsibleModule) -> dict:
-    """What every variant is checked against, read once: the model and draft model directories,
-    the unit's paths, the credentials, the GPUs, the installed SGLang and its --help. ``errors``:
-    the host's own problems (every variant fails on them)."""
-    p = module.params
-    errors: list[str] = []
-    devices = p["gpu_devices"]
-    if len(set(devices)) != len(devices) or any(d < 0 for d in devices):
-        errors.append(f"gpu_devices must be distinct GPU indexes, got {devices}")
-    if p["tp_size"] != len(devices):
-        errors.append(f"tp_size {p['tp_size']} does not match the {len(devices)} GPU(s) in gpu_devices {devices}")
-    if not 1 <= p["port"] <= 65535:
-        errors.append(f"port must be in [1, 65535], got {p['port']}")
-    errors.extend(variants_mod.read_write_path_problems(p["read_write_paths"]))
-    model = _model(p["model_path"], "model_path", errors)
-    draft_errors: list[str] = []
-    if p["draft_model_path"]:
-        _model(p["draft_model_path"], "draft_model_path", draft_errors)
-    if p["credentials"]:
-        refused = _credentials.problem(module.run_command)
-        if refused:
-            errors.append(refused)
-    memory: list[int] = []
-    if p["check_gpus"]:
-        memory, problems = gpu_mod.device_memory(module.run_command, devices)
-        errors.extend(problems)
-    version_text, problem = variants_mod.installed_version(module.run_command, p["python"])
-    if problem:
-        errors.append(problem)
-    version, help_text = None, ""
-    if version_text and not errors:
-        try:
-            version = variants_mod.parse_version(version_text)
-        except variants_mod.VariantError as exc:
-            errors.append(str(exc))
-        else:
-            if p["check_help"]:
-                rc, out, err = module.run_command([p["python"], "-m", "sglang.launch_server", "--help"])
-                if rc != 0:
-                    errors.append(f"python -m sglang.launch_server --help failed (exit {rc}): {(err or out).strip()[-300:]}")
-                    version = None
-                help_text = out + err
-    server = dict(model_path=p["model_path"], served_model_name=p["served_model_name"], host=p["bind_host"],
-                  port=p["port"], tp_size=p["tp_size"], draft_model_path=p["draft_model_path"],
-                  enable_metrics=p["metrics"])
-    return dict(errors=errors, draft_errors=draft_errors, memory=memory, version_text=version_text, version=version,
-                help=help_text, server=server,
-                max_position_embeddings=model["max_position_embeddings"] if model is not None else None)
 
 
 def main() -> None:
@@ -356,30 +232,13 @@ def main() -> None:
         ),
         supports_check_mode=True,
     )
-    p = module.params
     try:
-        variants_mod.resolve(p["name"], p["variants"], p["aliases"], p["overrides"], p["common"])
-    except variants_mod.VariantError as exc:
-        module.fail_json(msg=str(exc), errors=[str(exc)])
-    host = _host(module)
-    result = _resolve(p, p["name"], host)
-    name, errors = result["variant"], host["errors"] + result.pop("errors")
-    plan = result["memory_plan"]
-    if errors:
-        module.fail_json(msg=f"variant {name} cannot run on this host: " + "; ".join(errors), errors=errors,
-                         variant=name, sglang_version=host["version_text"], memory_plan=plan)
+        result = _preflight.variant(module.params, module.run_command)
+    except _preflight.Refused as exc:
+        module.fail_json(msg=exc.msg, **exc.result)
     for warning in result["memory_warnings"]:
         module.warn(warning)
-    baseline = None
-    if p["baseline"]:
-        # the rollback target, resolved and checked with every option of this call (the
-        # variant's own settings: the memory plan, its override and assumptions, the paths)
-        baseline = dict(_resolve(p, p["baseline"], host), sglang_version=host["version_text"],
-                        max_position_embeddings=host["max_position_embeddings"])
-    url = _deploy.url_of(["--host", p["bind_host"], "--port", str(p["port"])])
-    module.exit_json(changed=False, sglang_version=host["version_text"], max_position_embeddings=host["max_position_embeddings"],
-                     url=url, baseline=baseline, **result)
-
+    module.exit_json(changed=False, **result)
 
 if __name__ == "__main__":
     main()

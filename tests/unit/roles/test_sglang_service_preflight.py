@@ -1,5 +1,5 @@
 """The sglang_service role's preflight refuses hostile input in its first
-check, before the host manifest, the lock or anything else: one real
+check (sglang_preflight's step "inputs"), before the host manifest, the lock or anything else: one real
 ansible-playbook run, one local host per hostile value (its host vars), the
 role's own tasks (include_role tasks_from: preflight.yml)."""
 
@@ -71,10 +71,10 @@ def test_hostile_values_are_refused_by_the_first_preflight_check(tmp_path):
         task, result = failed[0]
         if error is None:
             # good input passes the check and stops at the missing host manifest
-            assert task == "inferops.sglang.sglang_host_manifest", result
+            assert (task, result["step"]) == ("inferops.sglang.sglang_preflight", "manifest"), result
             assert result["msg"].startswith("no host manifest")
             continue
-        assert task == "inferops.sglang.sglang_inputs"
+        assert (task, result["step"]) == ("inferops.sglang.sglang_preflight", "inputs")
         assert result["msg"].startswith("bad input, nothing was changed: ") and error in result["msg"], result["msg"]
         assert [t for t, _result in ran][-1] == task  # nothing after it ran
     assert not (tmp_path / "state").exists()

@@ -1,6 +1,6 @@
 """The sglang_service README's memory plan example is what the preflight says:
 the table's shadow variant on ct129 (the lab's hardware file and the inventory's
-GPUs), planned by sglang_variant's own code with the role's default assumptions,
+GPUs), planned by the preflight's own code with the role's default assumptions,
 refused with the message the README shows (``...`` stands for the part it leaves
 out)."""
 
@@ -14,7 +14,7 @@ from sim_helpers import LAB, MODELS, REPO
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _memplan
 from ansible_collections.inferops.sglang.plugins.module_utils import _variants
-from ansible_collections.inferops.sglang.plugins.modules import sglang_variant
+from ansible_collections.inferops.sglang.plugins.module_utils import _preflight
 
 README = REPO / "roles" / "sglang_service" / "README.md"
 DEFAULTS = REPO / "roles" / "sglang_service" / "defaults" / "main.yml"
@@ -38,6 +38,6 @@ def test_the_memory_plan_example_is_the_preflights_refusal():
     plan = _memplan.plan_resolved(params, str(MODELS / "Qwen3.6-27B"), str(MODELS / "Qwen3.6-27B-DFlash"), memory,
                                   hosts["gpu_preflight_requested_tp_size"], "0.5.11",
                                   defaults["sglang_service_memory_assumptions"])
-    said = sglang_variant.memory_refusal(name, plan)
+    said = _preflight.memory_refusal(name, plan)
     head, tail = _example().split(" ... ")
     assert said.startswith(head) and said.endswith(tail), (said, _example())

@@ -209,22 +209,22 @@ def test_a_gpu_list_given_as_a_string_renders_the_validated_list(given, devices)
 
 def test_the_preflight_keeps_the_validated_gpu_list_and_nothing_later_reads_the_raw_one():
     preflight = yaml.safe_load((ROLE / "tasks" / "preflight.yml").read_text())
-    kept = [i for i, t in enumerate(preflight) if "_sglang_service_gpus" in t.get("ansible.builtin.set_fact", {})]
-    assert len(kept) == 1 and preflight[kept[0]]["ansible.builtin.set_fact"] == {
-        "_sglang_service_gpus": "{{ __sglang_service_host.settings.gpu_devices }}"}
-    resolved = [i for i, t in enumerate(preflight) if "inferops.sglang.sglang_variant" in t]
-    # one resolution (the variant and the baseline together), after the validated list is kept
-    assert len(resolved) == 1 and kept[0] < resolved[0]
-    assert preflight[resolved[0]]["inferops.sglang.sglang_variant"]["baseline"] == "{{ sglang_service_baseline_variant }}"
+    assert ROLE_VARS["_sglang_service_gpus"] == "{{ __sglang_service_host.settings.gpu_devices }}"
+    assert ROLE_VARS["_sglang_service_variant"] == "{{ __sglang_service_host.variant }}"
+    checked = [t for t in preflight if "inferops.sglang.sglang_preflight" in t]
+    # one resolution (the variant and the baseline together, after the manifest read in the same call)
+    assert len(checked) == 1 and checked[0]["register"] == "__sglang_service_host"
+    assert checked[0]["inferops.sglang.sglang_preflight"]["baseline"] == "{{ sglang_service_baseline_variant }}"
     # the rollback target is never resolved again with other options (a first deploy's baseline
     # was planned with the defaults: issue 28)
-    assert sum(path.read_text().count("inferops.sglang.sglang_variant:") for path in (ROLE / "tasks").glob("*.yml")) == 1
+    for module in ("sglang_variant", "sglang_preflight"):
+        assert sum(path.read_text().count(f"inferops.sglang.{module}:") for path in (ROLE / "tasks").glob("*.yml")) == (
+            module == "sglang_preflight")
     for path in list((ROLE / "tasks").glob("*.yml")) + list((ROLE / "templates").glob("*.j2")) + [ROLE / "vars/main.yml"]:
-        text = path.read_text()
+        text = path.read_text().replace("never sglang_service_gpu_devices itself", "")
         if path.name in ("preflight.yml", "plan.yml"):
             # the manifest read is given the raw value to validate; nothing else reads it
             text = text.replace('gpu_devices: "{{ sglang_service_gpu_devices }}"', "", 1)
-            text = text.replace("never sglang_service_gpu_devices itself", "")
         assert "sglang_service_gpu_devices" not in text, path
 
 
@@ -297,7 +297,7 @@ def render_watchdog(template: str, **overrides) -> str:
     loader = DataLoader()
     variables = dict(sglang_service_name="sglang-qwen.service", sglang_service_state_dir="/var/lib/inferops-sglang",
                      sglang_service_bind_host="0.0.0.0", sglang_service_port=30000, sglang_service_api_key="",
-                     __sglang_service_variant={"url": "http://127.0.0.1:30000"}, **WATCHDOG)
+                     _sglang_service_variant={"url": "http://127.0.0.1:30000"}, **WATCHDOG)
     variables.update(overrides)
     for name in ("_sglang_service_base", "_sglang_service_config_file", "_sglang_service_dir", "_sglang_service_url",
                  "_sglang_service_watchdog_unit", "_sglang_service_watchdog_settings", "_sglang_service_watchdog_root"):
@@ -371,7 +371,7 @@ def test_the_watchdog_files_rendered_by_lookup_are_what_the_template_module_writ
     (tmp_path / "play.yml").write_text(yaml.safe_dump([{
         "hosts": "localhost", "gather_facts": False, "roles": ["watchdog_render"],
         "vars": {"sglang_service_name": "sglang-qwen.service", "sglang_service_api_key": "k3y",
-                 "__sglang_service_variant": {"url": "http://127.0.0.1:30000"}}}]))
+                 "__sglang_service_host": {"variant": {"url": "http://127.0.0.1:30000"}}}}]))
     (tmp_path / "ansible.cfg").write_text(f"[defaults]\nretry_files_enabled = False\nroles_path = {tmp_path / 'roles'}\n")
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(REPO / "collections"), ANSIBLE_CONFIG=str(tmp_path / "ansible.cfg"),
                ANSIBLE_NOCOLOR="1", ANSIBLE_LOCALHOST_WARNING="0")

@@ -1,0 +1,279 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The deploy's checks on the host, before anything on it changes: read-only.
+
+Three checks, each also a module of its own for ad-hoc use, and all of them in
+one call for the ``sglang_service`` role (module ``sglang_preflight``: one
+round trip to the host instead of four, the input check of ``_inputs`` first):
+
+- ``manifest_read``: what provisioning proved (the host manifest, ``_host_manifest``):
+  the TP size, GPUs, python and the unit's environment unless the caller set
+  them, each GPU's device node, and the refusal of a variant whose build has no
+  passing probe verdict (module ``sglang_host_manifest``, ``state: read``).
+- ``variant``: the variant and the rollback baseline resolved with the same
+  options and checked against the host (the model's ``config.json`` and the
+  sandbox's view of it, the GPUs, the installed SGLang and its ``--help``, the
+  unit's credentials, the memory plan) (module ``sglang_variant``).
+- ``model_verified``: the model's files against its manifest and safetensors
+  headers (module ``sglang_model_stage``, ``state: verified``).
+
+Each refuses by raising ``Refused`` with the message and the result fields the
+module fails with; ``run_command`` is AnsibleModule's (the seam tests replace).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from ansible_collections.inferops.sglang.plugins.module_utils import _credentials
+from ansible_collections.inferops.sglang.plugins.module_utils import _deploy
+from ansible_collections.inferops.sglang.plugins.module_utils import _gpu as gpu_mod
+from ansible_collections.inferops.sglang.plugins.module_utils import _host_manifest as hm
+from ansible_collections.inferops.sglang.plugins.module_utils import _memplan
+from ansible_collections.inferops.sglang.plugins.module_utils import _model_config
+from ansible_collections.inferops.sglang.plugins.module_utils import _model_stage as ms
+from ansible_collections.inferops.sglang.plugins.module_utils import _variants as variants_mod
+
+
+class Refused(Exception):
+    """A check refuses the deploy: ``msg`` and the fields of the module's failed result."""
+
+    def __init__(self, msg: str, **result) -> None:
+        super().__init__(msg)
+        self.msg = msg
+        self.result = result
+
+
+# -- the host manifest -------------------------------------------------------------------
+
+def ddtree_manifest(path: str) -> dict | None:
+    """The DDTree build's manifest (ddtree_build), or None when there is none or it is unreadable."""
+    try:
+        with open(path, "r", encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def probed_minors(run_command, proc_dir: str, missing: list[int]) -> dict[int, int | None]:
+    """GPU index -> device minor read on the host now, for the GPUs in ``missing``: nvidia-smi gives
+    each GPU's bus id, the driver's procfs its minor. Nothing is run without that procfs directory."""
+    if not missing or not os.path.isdir(os.path.join(proc_dir, "gpus")):
+        return {}
+    found = gpu_mod.read_inventory(run_command)
+    return {gpu["index"]: gpu_mod.device_minor(proc_dir, gpu) for gpu in found["gpus"] if gpu.get("index") in missing}
+
+
+def manifest_read(p: dict, run_command) -> tuple[dict, list[str]]:
+    """The host manifest at ``p["path"]`` read for a deploy: (result, warnings). ``p``: path,
+    ddtree_manifest, required, tp_size, gpu_devices, python, environment, use_environment,
+    driver_proc_dir, and the variant ``name`` with its table (variants, aliases, overrides, common)."""
+    path = p["path"]
+    try:
+        manifest = hm.read(path)
+    except hm.ManifestMissing as exc:
+        if p["required"]:
+            msg = (f"no host manifest: {exc}. To deploy without one set sglang_service_host_manifest_required: false "
+                   "and give sglang_service_tp_size and sglang_service_gpu_devices")
+            raise Refused(msg, errors=[msg], path=path, exists=False) from exc
+        manifest = None
+    except hm.ManifestError as exc:
+        raise Refused(str(exc), errors=[str(exc)], path=path, exists=True) from exc
+
+    settings, sources, errors, warnings = hm.settings(manifest, p["tp_size"], p["gpu_devices"], p["python"],
+                                                      p["environment"], p["use_environment"])
+    known = hm.device_minors(manifest)
+    missing = [d for d in settings["gpu_devices"] if d not in known]
+    settings["gpu_nodes"], sources["gpu_nodes"] = hm.gpu_nodes(
+        settings["gpu_devices"], known, probed_minors(run_command, p["driver_proc_dir"], missing))
+    result = dict(path=path, exists=manifest is not None, settings=settings, sources=sources)
+    if manifest is not None:
+        result["manifest"] = manifest
+    if p["name"]:
+        try:
+            name, params = variants_mod.resolve(p["name"], p["variants"], p["aliases"], p["overrides"], p["common"])
+        except variants_mod.VariantError:
+            pass  # not this check's to say: the variant's check names what is wrong
+        else:
+            result["variant"] = name
+            if manifest is None:
+                warnings.append(f"no host manifest: variant {name}'s build is not checked against a probe verdict")
+            else:
+                needed = hm.build_needed(params)
+                result["build"] = dict(needed=needed, verdict=(manifest.get("builds") or {}).get(needed))
+                problem = hm.refusal(name, params, manifest, hm.ddtree_installed(ddtree_manifest(p["ddtree_manifest"])))
+                if problem:
+                    errors.append(problem)
+    if errors:
+        raise Refused("the host manifest refuses this deploy: " + "; ".join(errors), errors=errors, **result)
+    return result, warnings
+
+
+# -- the variant -----------------------------------------------------------------------
+
+def memory_refusal(name: str, plan: dict) -> str:
+    """Why the deploy refuses a variant the planner says cannot fit, and what would."""
+    fixes = "; or ".join(plan.get("suggestions") or [])
+    return (f"variant {name} does not fit in GPU memory ({plan['binding'].replace('_', ' ')}, SGLang "
+            f"{plan['sglang_version']}, tp_size {plan['tp_size']}, {plan['gpu_memory_gib']} GiB GPUs): {plan['reason']}. "
+            + (f"It would fit with: {fixes}. " if fixes else "")
+            + "To deploy it anyway: -e memory_override=true (deploy.yml) or sglang_service_memory_override: true")
+
+
+def _model(path: str, what: str, errors: list[str]) -> dict | None:
+    """The model directory (_model_config.read, without the weights), or None with the problem in errors."""
+    hidden = _model_config.sandbox_problem(path, what)
+    if hidden:
+        errors.append(hidden)
+    try:
+        model = _model_config.read(path, weights=False, what=what)
+    except _model_config.ModelConfigError as exc:
+        errors.append(str(exc))
+        return None
+    return None if hidden else model
+
+
+def resolve(p: dict, name_asked: str, host: dict) -> dict:
+    """One variant of the table resolved with the options ``p`` and checked against what
+    ``host`` found (the model, the GPUs' memory, the installed version and its --help):
+    variant, params, argv, exec_args, memory_plan, memory_warnings, errors."""
+    out = dict(variant=name_asked, params={}, argv=[], exec_args="", memory_plan=None, memory_warnings=[], errors=[])
+    try:
+        name, params = variants_mod.resolve(name_asked, p["variants"], p["aliases"], p["overrides"], p["common"])
+    except variants_mod.VariantError as exc:
+        out["errors"].append(str(exc))
+        return out
+    out.update(variant=name, params=params)
+    errors = out["errors"]
+    errors.extend(variants_mod.check(params))
+    max_len = host["max_position_embeddings"]
+    ctx = params.get("context_length")
+    if max_len and isinstance(ctx, int) and ctx > max_len:
+        errors.append(f"context_length {ctx} exceeds the model's max_position_embeddings {max_len}")
+    if params.get("draft_model"):
+        if not p["draft_model_path"]:
+            errors.append(f"variant {name} needs a draft model but draft_model_path is not set")
+        else:
+            errors.extend(host["draft_errors"])
+    if host["errors"]:
+        return out
+    if host["version"] is not None and not errors:
+        out["argv"] = args = variants_mod.argv(params, host["server"], host["version"])
+        out["exec_args"] = variants_mod.quote(args)
+        if p["check_help"]:
+            errors.extend(variants_mod.unsupported(args, host["help"]))
+    warnings = out["memory_warnings"]
+    if p["memory_plan"] and not p["check_gpus"]:
+        warnings.append("the memory plan is skipped: it needs the GPUs' memory, and check_gpus is false")
+    elif p["memory_plan"] and not errors:
+        try:
+            plan = _memplan.plan_resolved(params, p["model_path"], p["draft_model_path"], host["memory"], p["tp_size"],
+                                          host["version_text"], p["memory_assumptions"])
+        except _memplan.PlanError as exc:
+            errors.append(f"memory plan: {exc}")
+        else:
+            out["memory_plan"] = plan
+            if not plan["fits"] and not p["memory_override"]:
+                errors.append(memory_refusal(name, plan))
+            elif not plan["fits"]:
+                warnings.append(f"variant {name} does not fit this host's GPU memory and runs because memory_override "
+                                f"is set: {plan['reason']}")
+    return out
+
+
+def host_facts(p: dict, run_command) -> dict:
+    """What every variant is checked against, read once: the model and draft model directories,
+    the unit's paths, the credentials, the GPUs, the installed SGLang and its --help. ``errors``:
+    the host's own problems (every variant fails on them)."""
+    errors: list[str] = []
+    devices = p["gpu_devices"]
+    if len(set(devices)) != len(devices) or any(d < 0 for d in devices):
+        errors.append(f"gpu_devices must be distinct GPU indexes, got {devices}")
+    if p["tp_size"] != len(devices):
+        errors.append(f"tp_size {p['tp_size']} does not match the {len(devices)} GPU(s) in gpu_devices {devices}")
+    if not 1 <= p["port"] <= 65535:
+        errors.append(f"port must be in [1, 65535], got {p['port']}")
+    errors.extend(variants_mod.read_write_path_problems(p["read_write_paths"]))
+    model = _model(p["model_path"], "model_path", errors)
+    draft_errors: list[str] = []
+    if p["draft_model_path"]:
+        _model(p["draft_model_path"], "draft_model_path", draft_errors)
+    if p["credentials"]:
+        refused = _credentials.problem(run_command)
+        if refused:
+            errors.append(refused)
+    memory: list[int] = []
+    if p["check_gpus"]:
+        memory, problems = gpu_mod.device_memory(run_command, devices)
+        errors.extend(problems)
+    version_text, problem = variants_mod.installed_version(run_command, p["python"])
+    if problem:
+        errors.append(problem)
+    version, help_text = None, ""
+    if version_text and not errors:
+        try:
+            version = variants_mod.parse_version(version_text)
+        except variants_mod.VariantError as exc:
+            errors.append(str(exc))
+        else:
+            if p["check_help"]:
+                rc, out, err = run_command([p["python"], "-m", "sglang.launch_server", "--help"])
+                if rc != 0:
+                    errors.append(f"python -m sglang.launch_server --help failed (exit {rc}): {(err or out).strip()[-300:]}")
+                    version = None
+                help_text = out + err
+    server = dict(model_path=p["model_path"], served_model_name=p["served_model_name"], host=p["bind_host"],
+                  port=p["port"], tp_size=p["tp_size"], draft_model_path=p["draft_model_path"],
+                  enable_metrics=p["metrics"])
+    return dict(errors=errors, draft_errors=draft_errors, memory=memory, version_text=version_text, version=version,
+                help=help_text, server=server,
+                max_position_embeddings=model["max_position_embeddings"] if model is not None else None)
+
+
+def variant(p: dict, run_command) -> dict:
+    """``p["name"]`` and, when ``p["baseline"]`` is set, the baseline resolved and checked with the
+    same options: sglang_variant's result (the variant's fields, sglang_version, max_position_embeddings,
+    url, baseline). The baseline's problems are in its ``errors`` and refuse nothing here."""
+    try:
+        variants_mod.resolve(p["name"], p["variants"], p["aliases"], p["overrides"], p["common"])
+    except variants_mod.VariantError as exc:
+        raise Refused(str(exc), errors=[str(exc)]) from exc
+    host = host_facts(p, run_command)
+    result = resolve(p, p["name"], host)
+    name, errors = result["variant"], host["errors"] + result.pop("errors")
+    if errors:
+        raise Refused(f"variant {name} cannot run on this host: " + "; ".join(errors), errors=errors, variant=name,
+                      sglang_version=host["version_text"], memory_plan=result["memory_plan"])
+    baseline = None
+    if p["baseline"]:
+        baseline = dict(resolve(p, p["baseline"], host), sglang_version=host["version_text"],
+                        max_position_embeddings=host["max_position_embeddings"])
+    url = _deploy.url_of(["--host", p["bind_host"], "--port", str(p["port"])])
+    return dict(result, sglang_version=host["version_text"], max_position_embeddings=host["max_position_embeddings"],
+                url=url, baseline=baseline)
+
+
+# -- the model's files -----------------------------------------------------------------
+
+def model_verified(directory: str, verify: str, revision: str | None = None) -> dict:
+    """The model directory checked (``verify``: quick or full) against its manifest, or without one
+    its safetensors index and headers: path, revision, problems, files, bytes, msg."""
+    try:
+        manifest = ms.local_manifest(directory) if os.path.isdir(directory) else None
+    except ms.StageError as exc:
+        raise Refused(f"model {directory}: {exc}", path=directory, problems=[str(exc)]) from exc
+    problems = ms.check(directory, manifest, full=verify == "full")
+    marker = ms.current(directory)["marker"] or {}
+    result = dict(path=directory, revision=marker.get("revision"), problems=problems,
+                  files=len(manifest["files"]) if manifest else None,
+                  bytes=sum(e["size"] for e in manifest["files"].values()) if manifest else None)
+    if revision and marker.get("revision") != revision:
+        problems.append(f"it is revision {marker.get('revision') or '(none recorded)'}, not {revision}")
+    if problems:
+        raise Refused(f"model {directory} fails the {verify} check: " + "; ".join(problems), **result)
+    return dict(result, msg=f"model {directory} passes the {verify} check"
+                + (f" ({result['files']} files, {result['bytes']} bytes)" if manifest else
+                   " (no manifest: the safetensors index and headers)"))

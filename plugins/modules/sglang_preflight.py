@@ -1,0 +1,312 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: sglang_preflight
+short_description: The deploy's checks on the host in one call, before anything changes
+version_added: 0.9.0
+description:
+  - >-
+    The C(sglang_service) role's preflight: four checks in one round trip to the host, in this order, the first that
+    refuses failing the module with its own message (the messages of the modules that make each check on its own).
+  - >-
+    1. The deploy's input (M(inferops.sglang.sglang_inputs)): control characters, names that become paths, the API
+    key, the settings in O(settings). All problems at once; the host is not looked at before this passes.
+  - >-
+    2. The host manifest (M(inferops.sglang.sglang_host_manifest) with C(state=read)): the TP size, GPUs, python and
+    the unit's environment, each from O(tp_size), O(gpu_devices), O(python) and O(environment) when set, else from
+    what provisioning proved; each GPU's device node; a variant whose build has no passing probe verdict is refused.
+  - >-
+    3. The variant O(name) and the rollback O(baseline), resolved with the same options and checked against the host
+    (M(inferops.sglang.sglang_variant)) with the settings of step 2: the model's C(config.json) and the sandbox's
+    view of it, the GPUs, the installed SGLang and its C(--help), the credentials when O(api_key) is set, the memory
+    plan.
+  - >-
+    4. The model's files, and the draft model's when the variant runs one (M(inferops.sglang.sglang_model_stage)
+    with C(state=verified)): O(model_check) V(quick) checks sizes and safetensors headers, V(full) every sha256 too.
+  - It never changes anything.
+author:
+  - inferops.sglang contributors (@inferops)
+extends_documentation_fragment:
+  - inferops.sglang.attributes.CHECK_MODE
+  - inferops.sglang.variant_table
+options:
+  name:
+    description: The variant to deploy (a name or an alias).
+    type: str
+    required: true
+  baseline:
+    description:
+      - The variant a failed switch falls back to on a host with no saved known-good service. Resolved and checked
+        as O(name) is; its problems are in RV(variant.baseline.errors) and do not fail the module.
+    type: str
+  service_name:
+    description: The unit's name (checked as input).
+    type: str
+    required: true
+  user:
+    description: The service user (checked as input).
+    type: str
+    required: true
+  group:
+    description: The service group (checked as input).
+    type: str
+    required: true
+  state_dir:
+    description: Where attempts, the known-good service and the history are kept (checked as input).
+    type: str
+    required: true
+  settings:
+    description:
+      - The settings the switch and the rollback use, by role variable name, checked as input (see the option of
+        the same name of M(inferops.sglang.sglang_inputs)).
+    type: dict
+    default: {}
+  api_key:
+    description:
+      - The server's API key (checked as input; never returned). When set, the host must deliver the unit's
+        credentials to a service (a transient C(systemd-run) service that reads one back).
+    type: str
+  model_path:
+    description: The model directory on the host.
+    type: str
+    required: true
+  draft_model_path:
+    description: The draft model directory, for variants with C(draft_model=true).
+    type: str
+  served_model_name:
+    description: The name the server lists in C(/v1/models).
+    type: str
+  bind_host:
+    description: Address the server listens on.
+    type: str
+    default: 127.0.0.1
+  port:
+    description: Port the server listens on.
+    type: int
+    default: 30000
+  metrics:
+    description: Render C(--enable-metrics) (see M(inferops.sglang.sglang_variant)).
+    type: bool
+    default: false
+  read_write_paths:
+    description: The unit's C(ReadWritePaths=); each must be absolute and exist unless prefixed with C(-).
+    type: raw
+    default: []
+  environment:
+    description: Extra environment of the unit, laid over the manifest's proven environment.
+    type: raw
+    default: {}
+  python:
+    description: The venv's python set in the inventory or with C(-e); empty for the host manifest's.
+    type: str
+  tp_size:
+    description: The TP size set in the inventory or with C(-e); empty for the host manifest's.
+    type: raw
+  gpu_devices:
+    description: The GPU indexes set in the inventory or with C(-e); empty for the host manifest's.
+    type: raw
+  manifest_path:
+    description: The host manifest.
+    type: path
+    default: /etc/inferops-sglang/host.json
+  manifest_required:
+    description: Fail when the host has no manifest; without one O(tp_size) or O(gpu_devices) must be given.
+    type: bool
+    default: true
+  manifest_environment:
+    description: Give the unit the manifest's proven environment.
+    type: bool
+    default: true
+  ddtree_manifest:
+    description: The ddtree_build role's manifest; a build applied there is a build of the host manifest.
+    type: path
+    default: /var/lib/inferops-sglang/ddtree/manifest.json
+  driver_proc_dir:
+    description: The NVIDIA kernel module's directory in procfs, read for a GPU's device minor the manifest lacks.
+    type: path
+    default: /proc/driver/nvidia
+  check_gpus:
+    description: Query each GPU with C(nvidia-smi).
+    type: bool
+    default: true
+  check_help:
+    description:
+      - Check the rendered flags against C(python -m sglang.launch_server --help) (one import of SGLang). The role
+        turns it off when SGLang's own argument checks (M(inferops.sglang.sglang_server_args)) run.
+    type: bool
+    default: true
+  memory_plan:
+    description: Plan the variant's GPU memory and refuse a variant that cannot fit.
+    type: bool
+    default: true
+  memory_override:
+    description: Let a variant the planner says cannot fit pass anyway, with a warning.
+    type: bool
+    default: false
+  memory_assumptions:
+    description: Overrides of the planner's estimates, see M(inferops.sglang.sglang_memory_plan).
+    type: dict
+    default: {}
+  model_check:
+    description: The check of the model's files (step 4); V(off) skips it.
+    type: str
+    choices: ['off', quick, full]
+    default: quick
+"""
+
+EXAMPLES = r"""
+- name: Check everything a deploy of the balanced variant needs, before anything changes
+  inferops.sglang.sglang_preflight:
+    name: balanced
+    baseline: nextn
+    variants: "{{ sglang_service_variants }}"
+    aliases: "{{ sglang_service_variant_aliases }}"
+    service_name: sglang-qwen.service
+    user: sglang
+    group: sglang
+    state_dir: /var/lib/inferops-sglang
+    model_path: /srv/models/Qwen3.6-27B
+  register: preflight
+"""
+
+RETURN = r"""
+step:
+  description: The check that refused (V(inputs), V(manifest), V(variant) or V(model)).
+  returned: failure
+  type: str
+errors:
+  description: Every problem the refusing check found.
+  returned: failure
+  type: list
+  elements: str
+path:
+  description: The host manifest.
+  returned: success
+  type: str
+exists:
+  description: Whether the host has a manifest.
+  returned: success
+  type: bool
+manifest:
+  description: The host manifest (see M(inferops.sglang.sglang_host_manifest)).
+  returned: success, when there is one
+  type: dict
+settings:
+  description: The deploy's C(tp_size), C(gpu_devices), C(gpu_nodes), C(python) and C(environment).
+  returned: success
+  type: dict
+sources:
+  description: Where each setting came from (see M(inferops.sglang.sglang_host_manifest)).
+  returned: success
+  type: dict
+build:
+  description: The build the variant needs and its verdict in the host manifest.
+  returned: success, when there is a manifest
+  type: dict
+variant:
+  description:
+    - The variant resolved and checked, with the same keys as M(inferops.sglang.sglang_variant)'s result
+      (C(variant), C(params), C(argv), C(exec_args), C(sglang_version), C(max_position_embeddings), C(memory_plan),
+      C(memory_warnings), C(url), C(baseline)).
+  returned: success
+  type: dict
+models:
+  description: Each model directory checked (C(path), C(revision), C(files), C(bytes), C(msg)); empty with O(model_check=off).
+  returned: success
+  type: list
+  elements: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.inferops.sglang.plugins.module_utils import _host_manifest as hm
+from ansible_collections.inferops.sglang.plugins.module_utils import _inputs
+from ansible_collections.inferops.sglang.plugins.module_utils import _preflight
+from ansible_collections.inferops.sglang.plugins.module_utils import _variants as variants_mod
+
+
+def run(module: AnsibleModule) -> dict:
+    """The four checks in order; the first refusal fails the module (``step`` names it)."""
+    p = module.params
+    errors = _inputs.check(dict(
+        service_name=p["service_name"], user=p["user"], group=p["group"], variant=p["name"],
+        baseline_variant=p["baseline"], variants=p["variants"], aliases=p["aliases"], overrides=p["overrides"],
+        common=p["common"], served_model_name=p["served_model_name"], model_path=p["model_path"],
+        draft_model_path=p["draft_model_path"], bind_host=p["bind_host"], python=p["python"], state_dir=p["state_dir"],
+        environment=p["environment"], read_write_paths=p["read_write_paths"], api_key=p["api_key"],
+        settings=p["settings"]))
+    if errors:
+        module.fail_json(msg="bad input, nothing was changed: " + "; ".join(errors), errors=errors, step="inputs")
+    step = "manifest"
+    try:
+        host, warnings = _preflight.manifest_read(dict(
+            path=p["manifest_path"], ddtree_manifest=p["ddtree_manifest"], required=p["manifest_required"],
+            tp_size=p["tp_size"], gpu_devices=p["gpu_devices"], python=p["python"], environment=p["environment"],
+            use_environment=p["manifest_environment"], driver_proc_dir=p["driver_proc_dir"], name=p["name"],
+            variants=p["variants"], aliases=p["aliases"], overrides=p["overrides"], common=p["common"]),
+            module.run_command)
+        settings = host["settings"]
+        step = "variant"
+        variant = _preflight.variant(dict(
+            p, python=settings["python"], tp_size=settings["tp_size"], gpu_devices=settings["gpu_devices"],
+            read_write_paths=list(p["read_write_paths"] or []), credentials=bool(p["api_key"])), module.run_command)
+        warnings += variant["memory_warnings"]
+        step = "model"
+        models = []
+        if p["model_check"] != "off":
+            paths = [p["model_path"]] + ([p["draft_model_path"]] if variant["params"].get("draft_model") else [])
+            models = [_preflight.model_verified(path, p["model_check"]) for path in paths]
+    except _preflight.Refused as exc:
+        module.fail_json(msg=exc.msg, step=step, **exc.result)
+    for warning in warnings:
+        module.warn(warning)
+    return dict(host, variant=variant, models=models)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(
+            name=dict(type="str", required=True),
+            baseline=dict(type="str"),
+            **variants_mod.TABLE_ARGS,
+            service_name=dict(type="str", required=True),
+            user=dict(type="str", required=True),
+            group=dict(type="str", required=True),
+            state_dir=dict(type="str", required=True),
+            settings=dict(type="dict", default={}),
+            api_key=dict(type="str", no_log=True),
+            model_path=dict(type="str", required=True),
+            draft_model_path=dict(type="str"),
+            served_model_name=dict(type="str"),
+            bind_host=dict(type="str", default="127.0.0.1"),
+            port=dict(type="int", default=30000),
+            metrics=dict(type="bool", default=False),
+            read_write_paths=dict(type="raw", default=[]),
+            environment=dict(type="raw", default={}),
+            python=dict(type="str"),
+            tp_size=dict(type="raw"),
+            gpu_devices=dict(type="raw"),
+            manifest_path=dict(type="path", default=hm.DEFAULT_PATH),
+            manifest_required=dict(type="bool", default=True),
+            manifest_environment=dict(type="bool", default=True),
+            ddtree_manifest=dict(type="path", default=hm.DDTREE_MANIFEST),
+            driver_proc_dir=dict(type="path", default="/proc/driver/nvidia"),
+            check_gpus=dict(type="bool", default=True),
+            check_help=dict(type="bool", default=True),
+            memory_plan=dict(type="bool", default=True),
+            memory_override=dict(type="bool", default=False),
+            memory_assumptions=dict(type="dict", default={}),
+            model_check=dict(type="str", default="quick", choices=["off", "quick", "full"]),
+        ),
+        supports_check_mode=True,
+    )
+    module.exit_json(changed=False, **run(module))
+
+
+if __name__ == "__main__":
+    main()

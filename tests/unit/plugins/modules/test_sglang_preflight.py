@@ -1,0 +1,144 @@
+"""sglang_preflight: the role's four checks in one call, in order, on a stand-in for ct129
+(the simulator's installed package, the lab's model directories, the fake nvidia-smi reading
+ct129's hardware file: GPU 1 lost). Each step gives what the module that makes that check on
+its own gives (sglang_inputs, sglang_host_manifest state=read, sglang_variant,
+sglang_model_stage state=verified), and the first refusal ends the call before the next step
+looks at the host."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+
+import pytest
+import yaml
+from sim_helpers import MODELS, REPO, run_module
+
+from ansible_collections.inferops.sglang.plugins.module_utils import _model_config
+from ansible_collections.inferops.sglang.plugins.module_utils import _model_stage as ms
+from ansible_collections.inferops.sglang.plugins.modules import sglang_host_manifest
+from ansible_collections.inferops.sglang.plugins.modules import sglang_preflight
+from ansible_collections.inferops.sglang.plugins.modules import sglang_variant
+
+DEFAULTS = yaml.safe_load((REPO / "roles/sglang_service/defaults/main.yml").read_text())
+TABLE = dict(variants=DEFAULTS["sglang_service_variants"], aliases=DEFAULTS["sglang_service_variant_aliases"])
+
+
+@pytest.fixture(autouse=True)
+def checkout_visible(monkeypatch):
+    """The lab's model directories are this checkout's, which may lie where the unit's sandbox
+    hides (a CI clone under /tmp or /root): that one directory counts as visible here."""
+    visible = {hidden: why for hidden, why in _model_config.SANDBOX_HIDDEN.items()
+               if not str(MODELS).startswith(hidden + "/")}
+    monkeypatch.setattr(_model_config, "SANDBOX_HIDDEN", visible)
+
+
+@pytest.fixture
+def ct129(sim_install, hardware, monkeypatch, fake_nvidia_smi, tmp_path):
+    """The stand-in host, and every command the module runs on it (AnsibleModule.run_command)."""
+    monkeypatch.setenv("PYTHONPATH", str(sim_install("0.5.11", True)))
+    for key, value in hardware("ct129").items():
+        if key.startswith("SGLANG_SIM"):
+            monkeypatch.setenv(key, value)
+    fake_nvidia_smi()
+    ran: list[list[str]] = []
+    real = sglang_preflight.AnsibleModule.run_command
+
+    def spy(self, args, *a, **kw):
+        ran.append([str(x) for x in args] if isinstance(args, list) else [str(args)])
+        return real(self, args, *a, **kw)
+
+    monkeypatch.setattr(sglang_preflight.AnsibleModule, "run_command", spy)
+    return dict(ran=ran, manifest=str(tmp_path / "host.json"), proc=str(tmp_path / "no-driver"))
+
+
+def args(ct129: dict, **overrides) -> dict:
+    out = dict(name="balanced", baseline="nextn", **TABLE, service_name="sglang-qwen.service", user="sglang",
+               group="sglang", state_dir="/var/lib/inferops-sglang", python=sys.executable,
+               model_path=str(MODELS / "Qwen3.6-27B"), draft_model_path=str(MODELS / "Qwen3.6-27B-DFlash"),
+               served_model_name="Qwen3.6-27B", tp_size="2", gpu_devices="0,2", manifest_path=ct129["manifest"],
+               manifest_required=False, driver_proc_dir=ct129["proc"], ddtree_manifest=ct129["manifest"] + ".none",
+               settings={"sglang_service_gate_interval": "2"})
+    out.update(overrides)
+    return out
+
+
+def run(capsys, **kw) -> tuple[int, dict]:
+    return run_module(sglang_preflight.main, capsys, kw, check_mode=True)[:2]
+
+
+def test_each_step_gives_what_its_own_module_gives(ct129, capsys):
+    """One call: the manifest read's settings (a -e string of GPUs validated into a list), the variant
+    and the baseline checked with those settings, the model and the draft the variant runs verified."""
+    given = args(ct129)
+    rc, result = run(capsys, **given)
+    assert rc == 0, result
+    assert result["changed"] is False
+    assert result["settings"]["gpu_devices"] == [0, 2] and result["settings"]["tp_size"] == 2
+    assert result["sources"]["gpu_devices"] == "override"
+    variant = result["variant"]
+    assert variant["variant"] == "shadow-balanced" and variant["baseline"]["variant"] == "nextn"
+    assert variant["baseline"]["errors"] == [] and variant["url"] == "http://127.0.0.1:30000"
+    # the variant runs a draft model: both directories were verified
+    assert [m["path"] for m in result["models"]] == [given["model_path"], given["draft_model_path"]]
+    assert all("passes the quick check" in m["msg"] for m in result["models"])
+
+    # the same checks, module by module, as the role made them before (the variant with the read's settings)
+    rc, alone, _out = run_module(sglang_host_manifest.main, capsys, dict(
+        state="read", path=given["manifest_path"], required=False, tp_size="2", gpu_devices="0,2", python=sys.executable,
+        driver_proc_dir=ct129["proc"], ddtree_manifest=given["ddtree_manifest"], name="balanced", **TABLE),
+        check_mode=True)
+    assert rc == 0, alone
+    assert (result["settings"], result["sources"], result["exists"]) == (alone["settings"], alone["sources"], alone["exists"])
+    rc, alone, _out = run_module(sglang_variant.main, capsys, dict(
+        name="balanced", baseline="nextn", **TABLE, python=sys.executable, model_path=given["model_path"],
+        draft_model_path=given["draft_model_path"], served_model_name="Qwen3.6-27B", tp_size=2, gpu_devices=[0, 2]),
+        check_mode=True)
+    assert rc == 0, alone
+    assert variant == {k: v for k, v in alone.items() if k not in ("changed", "invocation")}
+
+
+def test_bad_input_is_refused_before_the_host_is_looked_at(ct129, capsys):
+    rc, result = run(capsys, **args(ct129, api_key="hostile-secret\nLD_PRELOAD=/tmp/x.so", gpu_devices="0,1",
+                                    service_name="../../tmp/x.service"))
+    assert rc == 1 and result["step"] == "inputs"
+    assert result["msg"].startswith("bad input, nothing was changed: ")
+    assert "sglang_service_api_key must be printable ASCII" in result["msg"]
+    assert "sglang_service_name must be" in result["msg"]
+    assert "hostile-secret" not in json.dumps(result)
+    assert ct129["ran"] == []  # not even nvidia-smi (GPU 1 is lost: the variant's step would say so)
+
+
+def test_a_host_without_its_manifest_is_refused_before_the_variant_is_checked(ct129, capsys):
+    rc, result = run(capsys, **args(ct129, manifest_required=True))
+    assert rc == 1 and result["step"] == "manifest"
+    assert result["msg"].startswith("no host manifest: ") and result["exists"] is False
+    assert ct129["ran"] == []
+
+
+def test_a_lost_gpu_is_the_variants_refusal_with_every_problem(ct129, capsys):
+    rc, result = run(capsys, **args(ct129, gpu_devices=[0, 1], tp_size=None, common={"context_length": 300000}))
+    assert rc == 1 and result["step"] == "variant"
+    assert result["msg"].startswith("variant shadow-balanced cannot run on this host: ")
+    assert "context_length 300000 exceeds the model's max_position_embeddings 262144" in result["errors"]
+    assert any(e.startswith("GPU 1 is not usable: ") for e in result["errors"])
+    assert any(cmd[0].endswith("nvidia-smi") for cmd in ct129["ran"])
+
+
+def test_a_damaged_model_is_refused_last_and_a_variant_without_a_draft_checks_only_the_model(ct129, capsys, tmp_path,
+                                                                                           monkeypatch):
+    monkeypatch.setattr(_model_config, "SANDBOX_HIDDEN", {})  # the copy is under the test's /tmp
+    model = tmp_path / "srv" / "Qwen3.6-27B"
+    shutil.copytree(MODELS / "Qwen3.6-27B", model)
+    rc, result = run(capsys, **args(ct129, name="nextn", model_path=str(model)))
+    assert rc == 0, result
+    assert [m["path"] for m in result["models"]] == [str(model)]  # nextn runs no draft model
+    # the safetensors index changed since the model was staged (its manifest's size)
+    index = json.loads((model / ms.INDEX).read_text())
+    (model / ms.INDEX).write_text(json.dumps(dict(index, weight_map={"a": "model-00001-of-00001.safetensors"})))
+    rc, result = run(capsys, **args(ct129, name="nextn", model_path=str(model)))
+    assert rc == 1 and result["step"] == "model", result["msg"]
+    assert result["msg"].startswith(f"model {model} fails the quick check: ") and f"{ms.INDEX} has " in result["msg"]
+    rc, result = run(capsys, **args(ct129, name="nextn", model_path=str(model), model_check="off"))
+    assert rc == 0 and result["models"] == []
