@@ -974,9 +974,17 @@ class SystemHost:
             raise HostError(f"remove {path}: {exc}") from None
 
     def makedirs(self, path: str, mode: int) -> None:
+        """``path`` and any missing parent made directories with ``mode``; a symbolic link or a
+        file where one of them goes, or as the directory it is made in, is refused, never
+        followed (the state tree is root's: a copy of a --config file is not written where a
+        planted link points)."""
+        parent = posixpath.dirname(path)
         try:
-            os.makedirs(path, mode, exist_ok=True)
-            os.chmod(path, mode)
+            if parent != path and not os.path.lexists(parent):
+                self.makedirs(parent, mode)
+            elif os.path.islink(parent):
+                raise OSError(f"{parent} is a symbolic link")
+            _state_files.ensure_directory(path, mode)
         except OSError as exc:
             raise HostError(f"make {path}: {exc}") from None
 

@@ -1154,6 +1154,26 @@ def test_system_host_unit_state_and_start_stop():
         {"active": False, "loaded": False}
 
 
+def test_system_host_makes_the_state_trees_directories_and_never_follows_a_link(tmp_path):
+    """An attempt's directory, its parents made too, root-only; a symbolic link planted where one
+    goes (attempts/ pointing elsewhere) is refused and nothing is made through it."""
+    host = _switch.SystemHost(SERVICE, Commands())
+    service_dir = tmp_path / "sglang-qwen"
+    service_dir.mkdir(mode=0o700)
+    host.makedirs(str(service_dir / "attempts" / "balanced-1"), 0o700)
+    for made in (service_dir / "attempts", service_dir / "attempts" / "balanced-1"):
+        assert made.is_dir() and not made.is_symlink() and made.stat().st_mode & 0o777 == 0o700
+    host.makedirs(str(service_dir / "attempts" / "balanced-1"), 0o700)  # already there: nothing to do
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (service_dir / "known-good").symlink_to(elsewhere)
+    with pytest.raises(HostError, match="known-good exists and is not a directory"):
+        host.makedirs(str(service_dir / "known-good"), 0o700)
+    with pytest.raises(HostError, match="known-good is a symbolic link"):
+        host.makedirs(str(service_dir / "known-good" / "x"), 0o700)
+    assert list(elsewhere.iterdir()) == []
+
+
 def test_system_host_reads_gpu_memory_with_nvidia_smi():
     commands = Commands({"nvidia-smi -i": (0, "0, 300\n2, 41000\n", "")})
     assert _switch.SystemHost(SERVICE, commands).gpu_memory_used([0, 2]) == [300, 41000]
