@@ -29,6 +29,7 @@ time. A warmup round is not counted; the median of the rounds is the figure.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import threading
 import time
@@ -279,7 +280,7 @@ def measure(client, load: dict, baseline: dict | None, thresholds: dict) -> dict
 
 def check_load(load: object, what: str = "load") -> list[str]:
     """Every problem of a load override: requests, concurrency, max_tokens, rounds (integers >= 1),
-    warmup (bool), timeout and budget (seconds > 0)."""
+    warmup (bool), timeout and budget (finite seconds > 0)."""
     if not isinstance(load, dict):
         return [f"{what} must be a dict, got {load!r}"]
     errors = []
@@ -290,8 +291,10 @@ def check_load(load: object, what: str = "load") -> list[str]:
             if not isinstance(value, bool):
                 errors.append(f"{what}.warmup must be true or false, got {value!r}")
         elif name in ("timeout", "budget"):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                errors.append(f"{what}.{name} must be a number of seconds > 0, got {value!r}")
+            # nan and inf are floats too: a gate that never times out, or a benchmark that fails
+            # only after the service was switched
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                errors.append(f"{what}.{name} must be a finite number of seconds > 0, got {value!r}")
         elif isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 4096:
             errors.append(f"{what}.{name} must be an integer in [1, 4096], got {value!r}")
     return errors

@@ -155,7 +155,10 @@ def test_the_load_is_the_variants_with_the_operators_override():
     ({"concurrency": "8"}, "load.concurrency must be an integer in [1, 4096], got '8'"),
     ({"max_tokens": True}, "load.max_tokens must be an integer"),
     ({"warmup": "yes"}, "load.warmup must be true or false"),
-    ({"timeout": 0}, "load.timeout must be a number of seconds > 0"),
+    ({"timeout": 0}, "load.timeout must be a finite number of seconds > 0"),
+    # YAML's .nan and .inf are floats: they passed, and the benchmark then failed after the switch
+    ({"timeout": float("nan")}, "load.timeout must be a finite number of seconds > 0, got nan"),
+    ({"budget": float("inf")}, "load.budget must be a finite number of seconds > 0, got inf"),
 ])
 def test_a_bad_load_is_named(load, error):
     assert _bench.check_load(load)[0].startswith(error)
