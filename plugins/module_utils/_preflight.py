@@ -20,6 +20,8 @@ round trip to the host instead of four, the input check of ``_inputs`` first):
 
 Each refuses by raising ``Refused`` with the message and the result fields the
 module fails with; ``run_command`` is AnsibleModule's (the seam tests replace).
+``input_values`` maps the module's options to the input check's values, for the
+module and for its action plugin (which checks the input on the controller first).
 """
 
 from __future__ import annotations
@@ -35,6 +37,15 @@ from ansible_collections.inferops.sglang.plugins.module_utils import _memplan
 from ansible_collections.inferops.sglang.plugins.module_utils import _model_config
 from ansible_collections.inferops.sglang.plugins.module_utils import _model_stage as ms
 from ansible_collections.inferops.sglang.plugins.module_utils import _variants as variants_mod
+
+
+def input_values(options: dict) -> dict:
+    """The values ``_inputs.check`` takes, from sglang_preflight's options (as given, unconverted)."""
+    names = ("service_name", "user", "group", "variants", "aliases", "overrides", "common", "served_model_name",
+             "model_path", "draft_model_path", "bind_host", "python", "state_dir", "environment", "read_write_paths",
+             "api_key", "settings")
+    return dict({name: options.get(name) for name in names}, variant=options.get("name"),
+                baseline_variant=options.get("baseline"))
 
 
 class Refused(Exception):

@@ -15,7 +15,10 @@ description:
     refuses failing the module with its own message (the messages of the modules that make each check on its own).
   - >-
     1. The deploy's input (M(inferops.sglang.sglang_inputs)): control characters, names that become paths, the API
-    key, the settings in O(settings). All problems at once; the host is not looked at before this passes.
+    key, the settings in O(settings). All problems at once, checked on the controller before the host is
+    contacted, and again on the host. The rotation hooks in O(settings) are checked on the controller only and
+    never sent to the host: their URLs, headers and arguments hold the load balancer's credentials, and a module's
+    options are logged in the host's journal and shown at C(-vvv).
   - >-
     2. The host manifest (M(inferops.sglang.sglang_host_manifest) with C(state=read)): the TP size, GPUs, python and
     the unit's environment, each from O(tp_size), O(gpu_devices), O(python) and O(environment) when set, else from
@@ -233,13 +236,7 @@ from ansible_collections.inferops.sglang.plugins.module_utils import _variants a
 def run(module: AnsibleModule) -> dict:
     """The four checks in order; the first refusal fails the module (``step`` names it)."""
     p = module.params
-    errors = _inputs.check(dict(
-        service_name=p["service_name"], user=p["user"], group=p["group"], variant=p["name"],
-        baseline_variant=p["baseline"], variants=p["variants"], aliases=p["aliases"], overrides=p["overrides"],
-        common=p["common"], served_model_name=p["served_model_name"], model_path=p["model_path"],
-        draft_model_path=p["draft_model_path"], bind_host=p["bind_host"], python=p["python"], state_dir=p["state_dir"],
-        environment=p["environment"], read_write_paths=p["read_write_paths"], api_key=p["api_key"],
-        settings=p["settings"]))
+    errors = _inputs.check(_preflight.input_values(p))
     if errors:
         module.fail_json(msg="bad input, nothing was changed: " + "; ".join(errors), errors=errors, step="inputs")
     step = "manifest"

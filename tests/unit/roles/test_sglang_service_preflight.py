@@ -35,6 +35,13 @@ CASES = {
                               "sglang_service_gate_stall_budgets.weights must be a finite number of seconds >= 0"),
     "keep_attempts_zero": ({"sglang_service_keep_attempts": 0},
                            "sglang_service_keep_attempts (attempt directories kept) must be >= 1"),
+    # a rotation hook's credentials: checked on the controller, never sent to the host (whose journal
+    # logs a module's options) nor shown in the task's result; the good one stops at the manifest
+    "hook_credentials": ({"sglang_service_rotation_out": {"url": "https://lb.example.internal/out",
+                                                          "headers": {"Authorization": "Bearer hostile-secret-lb"}}},
+                         None),
+    "hook_where": ({"sglang_service_rotation_out": {"command": ["/bin/true", "hostile-secret-arg"], "where": "moon"}},
+                   "sglang_service_rotation_out.where must be controller or host"),
     "good": ({}, None),
 }
 

@@ -72,6 +72,9 @@ def cases(base: str, unreachable: str) -> dict[str, dict]:
     return {
         "cmd_ok": {"command": [PY, "-c", "print('to stdout'); import sys; sys.stderr.write('  ')"]},
         "cmd_fail": {"command": [PY, "-c", f"import sys; sys.stderr.write({LONG_STDERR!r} + '\\n'); sys.exit(3)"]},
+        # a hook that prints its credentials: the record keeps the exit code and the message, masked
+        "cmd_fail_secret": {"command": [PY, "-c", "import sys; sys.stderr.write('401 for Authorization: Bearer %s, "
+                                                  "token=%s'); sys.exit(22)" % (TOKEN, TOKEN[::-1])]},
         "cmd_fail_quiet": {"command": [PY, "-c", "import sys; print('only stdout'); sys.exit(3)"]},
         "cmd_argv_literal": {"command": [PY, "-c", "import sys; sys.stderr.write(repr(sys.argv[1:])); sys.exit(7)",
                                          *ODD_ARGV]},
@@ -183,6 +186,14 @@ def test_command_failure_reports_exit_code_and_stderr_tail(run):
     assert by_case["cmd_fail"]["out"] == {"ok": False, "msg": "command exit 3: " + LONG_STDERR[-300:]}
     assert "head-" not in by_case["cmd_fail"]["out"]["msg"]  # the tail only
     assert by_case["cmd_fail_quiet"]["out"] == {"ok": False, "msg": "command exit 3"}
+
+
+def test_command_failure_masks_the_secrets_it_prints(run):
+    results, _requests, out = run
+    msg = results["cmd_fail_secret"]["out"]["msg"]
+    # (a bearer token runs to the next space: the comma after it is masked with it)
+    assert msg == "command exit 22: 401 for Authorization: Bearer ******** token=********", msg
+    assert TOKEN not in out and TOKEN[::-1] not in out
 
 
 def test_command_is_an_argv_without_a_shell(run):
