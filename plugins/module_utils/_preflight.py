@@ -26,6 +26,7 @@ module and for its action plugin (which checks the input on the controller first
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 
@@ -46,6 +47,19 @@ def input_values(options: dict) -> dict:
              "api_key", "settings")
     return dict({name: options.get(name) for name in names}, variant=options.get("name"),
                 baseline_variant=options.get("baseline"))
+
+
+def exposure_warning(bind_host: str | None, api_key: str | None) -> str | None:
+    """A server that listens beyond loopback without an API key serves anyone who can reach it."""
+    host = (bind_host or "127.0.0.1").strip("[]")
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    if loopback or api_key:
+        return None
+    return (f"the server listens on {bind_host} without an API key: anyone who can reach its port can generate, "
+            "and read /server_info; set sglang_service_api_key, or bind it to 127.0.0.1 behind a proxy")
 
 
 class Refused(Exception):

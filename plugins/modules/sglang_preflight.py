@@ -31,6 +31,7 @@ description:
   - >-
     4. The model's files, and the draft model's when the variant runs one (M(inferops.sglang.sglang_model_stage)
     with C(state=verified)): O(model_check) V(quick) checks sizes and safetensors headers, V(full) every sha256 too.
+  - A server that listens beyond loopback (O(bind_host)) without O(api_key) is warned about.
   - It never changes anything.
 author:
   - inferops.sglang contributors (@inferops)
@@ -239,6 +240,7 @@ def run(module: AnsibleModule) -> dict:
     errors = _inputs.check(_preflight.input_values(p))
     if errors:
         module.fail_json(msg="bad input, nothing was changed: " + "; ".join(errors), errors=errors, step="inputs")
+    exposed = _preflight.exposure_warning(p["bind_host"], p["api_key"])
     step = "manifest"
     try:
         host, warnings = _preflight.manifest_read(dict(
@@ -260,7 +262,7 @@ def run(module: AnsibleModule) -> dict:
             models = [_preflight.model_verified(path, p["model_check"]) for path in paths]
     except _preflight.Refused as exc:
         module.fail_json(msg=exc.msg, step=step, **exc.result)
-    for warning in warnings:
+    for warning in ([exposed] if exposed else []) + warnings:
         module.warn(warning)
     return dict(host, variant=variant, models=models)
 

@@ -17,6 +17,7 @@ from sim_helpers import MODELS, REPO, run_module
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _model_config
 from ansible_collections.inferops.sglang.plugins.module_utils import _model_stage as ms
+from ansible_collections.inferops.sglang.plugins.module_utils import _preflight
 from ansible_collections.inferops.sglang.plugins.modules import sglang_host_manifest
 from ansible_collections.inferops.sglang.plugins.modules import sglang_preflight
 from ansible_collections.inferops.sglang.plugins.modules import sglang_variant
@@ -97,6 +98,24 @@ def test_each_step_gives_what_its_own_module_gives(ct129, capsys):
         check_mode=True)
     assert rc == 0, alone
     assert variant == {k: v for k, v in alone.items() if k not in ("changed", "invocation")}
+
+
+@pytest.mark.parametrize("bind_host, api_key, warned", [
+    ("0.0.0.0", None, True), ("::", "", True), ("10.0.0.7", None, True), ("gpu-host.internal", None, True),
+    ("0.0.0.0", "k3y-for-the-test", False), ("127.0.0.1", None, False), ("127.0.0.2", None, False),
+    ("::1", None, False), ("[::1]", None, False), ("localhost", None, False),
+])
+def test_a_server_beyond_loopback_without_a_key_is_warned_about(bind_host, api_key, warned):
+    said = _preflight.exposure_warning(bind_host, api_key)
+    assert (said is not None) is warned
+    assert said is None or said.startswith(f"the server listens on {bind_host} without an API key")
+
+
+def test_the_module_warns_of_an_exposed_server_and_still_passes(ct129, capsys):
+    for bind_host, warned in (("0.0.0.0", True), ("127.0.0.1", False)):
+        rc, result = run(capsys, **args(ct129, name="nextn", bind_host=bind_host))
+        assert rc == 0, result
+        assert ("listens on 0.0.0.0 without an API key" in json.dumps(result.get("warnings", []))) is warned
 
 
 def test_bad_input_is_refused_before_the_host_is_looked_at(ct129, capsys):
