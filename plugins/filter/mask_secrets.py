@@ -9,7 +9,8 @@ name: mask_secrets
 short_description: Text with its secrets masked, by the collection's one secret grammar
 version_added: 0.9.0
 description:
-  - Each of O(secrets) wherever it appears in the text, and the value of every secret-looking name (C(name=value),
+  - >-
+    Each of O(secrets) wherever it appears in the text, and the value of every secret-looking name (C(name=value),
     C(name: value), C(--api-key VALUE), C(Bearer TOKEN), a name holding key, token, secret, password or passwd)
     replaced by C(********); nothing else changes. The grammar is the one the gate's progress lines, the watchdog's
     journal and the records use (C(plugins/module_utils/_mask.py)).

@@ -46,7 +46,7 @@ options:
   baseline:
     description:
       - The variant a failed switch falls back to on a host with no saved known-good service. Resolved and checked
-        as O(name) is; its problems are in RV(variant.baseline.errors) and do not fail the module.
+        as O(name) is; its problems are in C(variant.baseline.errors) of the result and do not fail the module.
     type: str
   service_name:
     description: The unit's name (checked as input).

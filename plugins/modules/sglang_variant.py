@@ -240,5 +240,6 @@ def main() -> None:
         module.warn(warning)
     module.exit_json(changed=False, **result)
 
+
 if __name__ == "__main__":
     main()

@@ -145,8 +145,8 @@ def test_a_lost_gpu_is_the_variants_refusal_with_every_problem(ct129, capsys):
     assert any(cmd[0].endswith("nvidia-smi") for cmd in ct129["ran"])
 
 
-def test_a_damaged_model_is_refused_last_and_a_variant_without_a_draft_checks_only_the_model(ct129, capsys, tmp_path,
-                                                                                           monkeypatch):
+def test_a_damaged_model_is_refused_last_and_a_variant_without_a_draft_checks_only_the_model(
+        ct129, capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(_model_config, "SANDBOX_HIDDEN", {})  # the copy is under the test's /tmp
     model = tmp_path / "srv" / "Qwen3.6-27B"
     shutil.copytree(MODELS / "Qwen3.6-27B", model)
