@@ -26,9 +26,11 @@ module and for its action plugin (which checks the input on the controller first
 
 from __future__ import annotations
 
+import grp
 import ipaddress
 import json
 import os
+import pwd
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _credentials
 from ansible_collections.inferops.sglang.plugins.module_utils import _deploy
@@ -47,6 +49,45 @@ def input_values(options: dict) -> dict:
              "api_key", "settings")
     return dict({name: options.get(name) for name in names}, variant=options.get("name"),
                 baseline_variant=options.get("baseline"))
+
+
+LOGIN_DEFS = "/etc/login.defs"
+
+
+def uid_min(path: str = LOGIN_DEFS) -> int:
+    """The first UID of a login account (login.defs(5) UID_MIN; 1000 when it is not set)."""
+    try:
+        with open(path, "r", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                fields = line.split()
+                if len(fields) >= 2 and fields[0] == "UID_MIN" and fields[1].isdigit():
+                    return int(fields[1])
+    except OSError:
+        pass
+    return 1000
+
+
+def account_problem(user: str, group: str, login_defs: str = LOGIN_DEFS) -> str | None:
+    """The service's account on this host, where it exists: not root's (UID or GID 0: the
+    server would run with root's files), and not a login account (UID_MIN and above, nobody
+    included): the role sets the account's shell to nologin and its home, and would rewrite a
+    person's. An account that does not exist yet is made a system account by the role."""
+    try:
+        entry = pwd.getpwnam(user)
+    except KeyError:
+        entry = None
+    if entry is not None and entry.pw_uid == 0:
+        return f"sglang_service_user {user} is root (UID 0): the server would run with every file of root's"
+    if entry is not None and entry.pw_uid >= uid_min(login_defs):
+        return (f"sglang_service_user {user} is a login account here (UID {entry.pw_uid}): the role would set its shell "
+                f"to nologin and its home to /var/lib/sglang; name an account for the service alone")
+    try:
+        gid = grp.getgrnam(group).gr_gid
+    except KeyError:
+        return None
+    if gid == 0:
+        return f"sglang_service_group {group} is root's group (GID 0): the server would read every file of that group"
+    return None
 
 
 def exposure_warning(bind_host: str | None, api_key: str | None) -> str | None:

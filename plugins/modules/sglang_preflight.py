@@ -20,6 +20,9 @@ description:
     never sent to the host: their URLs, headers and arguments hold the load balancer's credentials, and a module's
     options are logged in the host's journal and shown at C(-vvv).
   - >-
+    Then the service's account, where it exists on the host: not root's (UID or GID 0) and not a login account
+    (C(UID_MIN) of C(/etc/login.defs) and above), whose shell and home the role would rewrite.
+  - >-
     2. The host manifest (M(inferops.sglang.sglang_host_manifest) with C(state=read)): the TP size, GPUs, python and
     the unit's environment, each from O(tp_size), O(gpu_devices), O(python) and O(environment) when set, else from
     what provisioning proved; each GPU's device node; a variant whose build has no passing probe verdict is refused.
@@ -180,7 +183,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 step:
-  description: The check that refused (V(inputs), V(manifest), V(variant) or V(model)).
+  description: The check that refused (V(inputs), V(account), V(manifest), V(variant) or V(model)).
   returned: failure
   type: str
 errors:
@@ -240,6 +243,10 @@ def run(module: AnsibleModule) -> dict:
     errors = _inputs.check(_preflight.input_values(p))
     if errors:
         module.fail_json(msg="bad input, nothing was changed: " + "; ".join(errors), errors=errors, step="inputs")
+    refused = _preflight.account_problem(p["user"], p["group"])
+    if refused:
+        module.fail_json(msg=f"the service's account cannot be used, nothing was changed: {refused}", errors=[refused],
+                         step="account")
     exposed = _preflight.exposure_warning(p["bind_host"], p["api_key"])
     step = "manifest"
     try:

@@ -129,6 +129,32 @@ def test_bad_input_is_refused_before_the_host_is_looked_at(ct129, capsys):
     assert ct129["ran"] == []  # not even nvidia-smi (GPU 1 is lost: the variant's step would say so)
 
 
+@pytest.mark.parametrize("user, group, refused", [
+    ("root", "sglang", "sglang_service_user root is root (UID 0)"),
+    ("nobody", "sglang", "sglang_service_user nobody is a login account here (UID 65534)"),
+    ("sglang-preflight-test", "root", "sglang_service_group root is root's group (GID 0)"),
+    ("daemon", "daemon", None),  # a system account: the role may take it over
+    ("sglang-preflight-test", "sglang-preflight-test", None),  # made a system account by the role
+])
+def test_the_services_account_is_not_roots_nor_a_persons(ct129, capsys, user, group, refused):
+    rc, result = run(capsys, **args(ct129, name="nextn", user=user, group=group))
+    if refused is None:
+        assert rc == 0, result
+        return
+    assert rc == 1 and result["step"] == "account"
+    assert result["msg"].startswith(f"the service's account cannot be used, nothing was changed: {refused}"), result["msg"]
+    assert ct129["ran"] == []
+
+
+def test_uid_min_is_login_defs_own_or_1000(tmp_path):
+    defs = tmp_path / "login.defs"
+    defs.write_text("# UID_MIN 7\nUID_MIN\t\t 2000\nUID_MAX 60000\n")
+    assert _preflight.uid_min(str(defs)) == 2000
+    defs.write_text("UID_MAX 60000\n")
+    assert _preflight.uid_min(str(defs)) == 1000
+    assert _preflight.uid_min(str(tmp_path / "absent")) == 1000
+
+
 def test_a_host_without_its_manifest_is_refused_before_the_variant_is_checked(ct129, capsys):
     rc, result = run(capsys, **args(ct129, manifest_required=True))
     assert rc == 1 and result["step"] == "manifest"
