@@ -175,10 +175,26 @@ def check(params: dict) -> list[str]:
                       "disable_radix_cache turns off: SGLang refuses both together; choose one")
     if not all(isinstance(x, str) for x in params.get("extra_args", [])):
         errors.append("extra_args must be a list of strings")
-    if any("--api-key" in x for x in params.get("extra_args", [])):
-        errors.append("extra_args must not carry --api-key: set the API key variable "
+    secret = [x for x in params.get("extra_args", []) if isinstance(x, str) and secret_flag(x)]
+    if secret:
+        errors.append(f"extra_args must not carry a secret flag ({', '.join(sorted(set(secret_flag(x) for x in secret)))}): "
+                      "the unit file, the records and every user's ps would show its value; set the API key variable "
                       "(it goes to a root-only --config file handed to the unit with LoadCredential=)")
     return errors
+
+
+# The server's flags whose value is a secret. Real SGLang parses with argparse's default
+# allow_abbrev (0.5.11 srt/server_args.py:7276, ArgumentParser(prog="sglang serve")): an
+# unambiguous prefix (--admin-api) is the flag too.
+SECRET_FLAGS = ("--api-key", "--admin-api-key")
+
+
+def secret_flag(arg: str) -> str | None:
+    """The secret flag ``arg`` gives (whole, abbreviated, or with =VALUE), or None."""
+    flag = arg.split("=", 1)[0]
+    if len(flag) <= 2 or not flag.startswith("--"):
+        return None
+    return next((name for name in SECRET_FLAGS if name.startswith(flag)), None)
 
 
 def argv(params: dict, server: dict, version: tuple[int, int, int]) -> list[str]:

@@ -65,7 +65,11 @@ def test_inheritance_loops_and_dangling_parents():
     ({"max_running_requests": True}, "max_running_requests must be int, got True"),
     ({"mem_fration_static": 0.8}, "unknown parameter 'mem_fration_static'"),
     ({"draft_model": False}, "speculative_algorithm DDTREE needs a draft model"),
-    ({"extra_args": ["--api-key", "x"]}, "extra_args must not carry --api-key"),
+    ({"extra_args": ["--api-key", "x"]}, "extra_args must not carry a secret flag (--api-key)"),
+    ({"extra_args": ["--admin-api-key=x"]}, "extra_args must not carry a secret flag (--admin-api-key)"),
+    # argparse takes an unambiguous prefix for the flag (real SGLang keeps allow_abbrev)
+    ({"extra_args": ["--admin-api", "x"]}, "extra_args must not carry a secret flag (--admin-api-key)"),
+    ({"extra_args": ["--api-k=x"]}, "extra_args must not carry a secret flag (--api-key)"),
 ])
 def test_parameter_checks(override, error):
     params = params_of("shadow-balanced", TABLE, ALIASES, common=override)
@@ -213,3 +217,11 @@ def test_flag_switches_come_from_the_release_table():
     assert rel.fact("split_cuda_graph_flags", (0, 5, 14)) and not rel.fact("cuda_graph_max_bs_flag", (0, 5, 20))
     assert v.MAMBA_RADIX_CACHE_STRATEGY_FLAG == (0, 5, 14) == rel.first("mamba_radix_cache_strategy_flag")
     assert rel.fact("mamba_scheduler_strategy_flag", (0, 5, 19)) and not rel.fact("mamba_scheduler_strategy_flag", (0, 5, 20))
+
+
+@pytest.mark.parametrize("arg, flag", [
+    ("--api-key", "--api-key"), ("--api-key=s3cret", "--api-key"), ("--admin", "--admin-api-key"),
+    ("--attention-backend", None), ("--apikey", None), ("--api-keys", None), ("-a", None), ("--", None), ("x--api", None),
+])
+def test_a_secret_flag_is_found_whole_or_abbreviated(arg, flag):
+    assert v.secret_flag(arg) == flag
