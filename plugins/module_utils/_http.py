@@ -25,6 +25,8 @@ import ssl
 import time
 from urllib.parse import urlsplit
 
+from ansible_collections.inferops.sglang.plugins.module_utils._mask import printable
+
 USER_AGENT = "inferops.sglang-wait_for_sglang"
 MAX_BODY = 8 * 1024 * 1024
 TIMEOUT_FLOOR = 0.1  # a call made after the gate's deadline still gets this long
@@ -364,7 +366,7 @@ def _json(raw: bytes) -> object:
     try:
         return json.loads(raw.decode("utf-8", "replace"))
     except ValueError:
-        return raw.decode("utf-8", "replace")[:_TEXT_CLIP]
+        return printable(raw.decode("utf-8", "replace")[:_TEXT_CLIP])
 
 
 def _classify_network(reason: BaseException) -> tuple[str, str]:

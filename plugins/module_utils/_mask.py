@@ -9,7 +9,8 @@ line holds ``--api-key VALUE``, the HTTP client sends ``Authorization: Bearer KE
 text reaches places Ansible's no_log does not cover: the gate's progress file and its live
 progress lines (wait_for_sglang's action plugin), the listener's command line in a verdict,
 the watchdog's journal lines and history. ``mask`` is what all of them apply; ``redact_argv``
-is the same for an argv list, where a flag's value is the next element whole.
+is the same for an argv list, where a flag's value is the next element whole. ``printable``
+takes terminal control out of text a server wrote (its log lines, its answers).
 
 Used by the action plugin on the controller and by the watchdog on the host, which runs from a
 copy of the module_utils it imports (sglang_watchdog): standard library only.
@@ -42,6 +43,19 @@ _SECRETS = re.compile(
 )
 # An argv element that is a secret flag whose value is the next element (or after its =).
 _SECRET_FLAG = re.compile(rf"--?{_NAME}", re.IGNORECASE)
+
+
+# A terminal's escape sequences (CSI ESC [ ... final, OSC ESC ] ... BEL or ESC \\, and any other ESC and the
+# character after it), then any C0 control but the tab, DEL and the C1 controls (0x80-0x9f).
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b.?|[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` without terminal control: escape sequences removed, every other control character
+    but the tab (C0, DEL, C1) shown as ``?``. A server's log line or answer reaches a terminal, AWX
+    and the records through the collection's messages: it must not move the cursor, set a window
+    title, clear a screen or hide what follows it."""
+    return _ESCAPES.sub(lambda m: "" if m.group(0).startswith("\x1b") else "?", text)
 
 
 def _masked_match(match: re.Match) -> str:

@@ -20,6 +20,7 @@ import signal
 import time
 
 from ansible_collections.inferops.sglang.plugins.module_utils._listener import descendants
+from ansible_collections.inferops.sglang.plugins.module_utils._mask import printable
 
 _LOG_WINDOW = 1 << 20
 _EXIT_CODES = {"1": "exited", "2": "killed", "3": "dumped"}
@@ -289,7 +290,7 @@ class UnitWatcher(NoWatcher):
                 message = bytes(message).decode("utf-8", "replace")
             if message is None:
                 continue
-            lines.extend(str(message).splitlines() or [""])
+            lines.extend(printable(line) for line in (str(message).splitlines() or [""]))
         return lines, cursor
 
     def own_pids(self) -> list[int] | None:
@@ -413,7 +414,7 @@ class PidWatcher(NoWatcher):
             return []
         cut = data.rfind(b"\n") + 1  # keep a partial last line for the next read
         self.offset += cut
-        return data[:cut].decode("utf-8", "replace").splitlines()
+        return [printable(line) for line in data[:cut].decode("utf-8", "replace").splitlines()]
 
     def own_pids(self) -> list[int] | None:
         return descendants(self.pid)

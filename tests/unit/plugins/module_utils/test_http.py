@@ -180,6 +180,12 @@ def test_text_body_is_clipped_to_500_characters(serve):
     assert resp.status == 500 and isinstance(resp.body, str) and len(resp.body) == 500 and resp.body.startswith("<html>")
 
 
+def test_a_text_body_reaches_messages_without_terminal_control(serve):
+    server = serve(send(answer("500 Internal Server Error", b"\x1b]0;pwned\x07boom\x1b[2J\r\n")))
+    resp = client(server).call("GET", "/health")
+    assert resp.body == "boom??", repr(resp.body)
+
+
 def test_refused_port():
     resp = h.Client(f"http://127.0.0.1:{closed_port()}", KEY, True, 5).call("GET", "/health")
     assert (resp.kind, resp.status, resp.error, resp.describe()) == ("refused", None, "connection refused", "connection refused")

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from ansible_collections.inferops.sglang.plugins.module_utils._mask import MASK, mask, redact_argv
+from ansible_collections.inferops.sglang.plugins.module_utils._mask import MASK, mask, printable, redact_argv
 
 KEY = "sk-Qw3n-7f1c"
 
@@ -97,3 +97,18 @@ def test_a_long_line_is_masked_in_linear_time():
     line = "a_" * 20000 + "key=" + "x" * 100
     assert mask(line).endswith(f"key={MASK}")
     assert mask("-_" * 20000) == "-_" * 20000
+
+
+@pytest.mark.parametrize("text, shown", [
+    ("[2026-12-04 10:00:00] Load weight end.", "[2026-12-04 10:00:00] Load weight end."),
+    ("\x1b[31mERROR\x1b[0m: CUDA out of memory", "ERROR: CUDA out of memory"),  # colour, removed
+    ("\x1b]0;owned\x07title", "title"),  # a window title (OSC ... BEL)
+    ("\x1b]8;;http://x\x1b\\link\x1b]8;;\x1b\\", "link"),  # a hyperlink (OSC ... ST)
+    ("ok\x1b[2J\x1b[Hcleared", "okcleared"),  # clear the screen, home the cursor
+    ("a\rb\x08c\x00d\x7fe\x9bf\x85g", "a?b?c?d?e?f?g"),  # C0, DEL, C1 (CSI and NEL alone)
+    ("tab\tkept, ключ ✓ kept", "tab\tkept, ключ ✓ kept"),
+    ("ends with a lone escape\x1b", "ends with a lone escape"),
+])
+def test_printable_takes_terminal_control_out_of_server_text(text, shown):
+    assert printable(text) == shown
+    assert printable(shown) == shown
