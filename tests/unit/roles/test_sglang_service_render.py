@@ -345,6 +345,23 @@ def test_the_watchdog_units_run_the_copied_gate_every_interval(tmp_path):
         assert not [line for line in proc.stderr.splitlines() if "sglang-qwen-watchdog" in line], proc.stderr
 
 
+def test_the_watchdog_runs_as_root_in_a_sandbox_that_lets_it_write_its_state_and_the_textfile_only():
+    service = render_watchdog("sglang-watchdog.service.j2", ansible_managed="Ansible managed",
+                              sglang_service_watchdog_timeout="20")  # -e gives a string
+    found: dict[str, list[str]] = {}
+    for section, key, value in systemd_syntax.lines(service):
+        if section == "Service":
+            found.setdefault(key, []).append(value)
+    assert found["TimeoutStartSec"] == ["320"]
+    assert found["ProtectSystem"] == ["strict"] and found["ProtectHome"] == ["yes"] and found["PrivateTmp"] == ["yes"]
+    assert found["NoNewPrivileges"] == ["yes"]
+    assert found["ReadWritePaths"] == ["/var/lib/inferops-sglang/sglang-qwen", "-/var/lib/prometheus/node-exporter"]
+    assert "CAP_SYS_ADMIN" not in found["CapabilityBoundingSet"][0]
+    without = render_watchdog("sglang-watchdog.service.j2", ansible_managed="Ansible managed",
+                              sglang_service_metrics_textfile_dir="")
+    assert [v for s, k, v in systemd_syntax.lines(without) if k == "ReadWritePaths"] == ["/var/lib/inferops-sglang/sglang-qwen"]
+
+
 def test_the_watchdog_files_rendered_by_lookup_are_what_the_template_module_writes(tmp_path):
     """tasks/watchdog.yml hands the module its settings and units rendered by the template lookup;
     a host the template module wrote them on must see the same bytes (an upgrade's re-deploy
