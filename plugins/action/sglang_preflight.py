@@ -34,7 +34,7 @@ class ActionModule(ActionBase):
         errors = _inputs.check(_preflight.input_values(args))
         if errors:
             result.update(failed=True, changed=False, step="inputs", errors=errors,
-                          msg="bad input, nothing was changed: " + "; ".join(errors))
+                          msg=_inputs.refusal(errors))
             return result
         settings = args.get("settings")
         if isinstance(settings, dict):

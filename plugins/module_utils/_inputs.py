@@ -378,6 +378,11 @@ def check_interval_fits(values: dict) -> list[str]:
     return errors
 
 
+def refusal(errors: list[str]) -> str:
+    """The message of a refused input: every problem, and that nothing changed."""
+    return "bad input, nothing was changed: " + "; ".join(errors)
+
+
 def check(values: dict) -> list[str]:
     """Every problem of the deploy's input (the sglang_inputs module's options)."""
     errors: list[str] = []

@@ -154,7 +154,7 @@ def main() -> None:
     )
     errors = _inputs.check(module.params)
     if errors:
-        module.fail_json(msg="bad input, nothing was changed: " + "; ".join(errors), errors=errors)
+        module.fail_json(msg=_inputs.refusal(errors), errors=errors)
     module.exit_json(changed=False)
 
 

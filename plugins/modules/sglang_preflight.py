@@ -242,7 +242,7 @@ def run(module: AnsibleModule) -> dict:
     p = module.params
     errors = _inputs.check(_preflight.input_values(p))
     if errors:
-        module.fail_json(msg="bad input, nothing was changed: " + "; ".join(errors), errors=errors, step="inputs")
+        module.fail_json(msg=_inputs.refusal(errors), errors=errors, step="inputs")
     refused = _preflight.account_problem(p["user"], p["group"])
     if refused:
         module.fail_json(msg=f"the service's account cannot be used, nothing was changed: {refused}", errors=[refused],
