@@ -84,15 +84,19 @@ bench-fleet: setup
 	python lab/bench/rollout.py --down
 
 ## Every check: lint, sanity, unit tests, conformance against real SGLang,
-## molecule scenarios. First the real-SGLang cache, then lint, sanity and the
-## unit tests side by side (the unit tests in three workers: they mostly wait on
-## real processes and HTTP), lint and sanity niced so that the unit tests' real
-## processes keep the cores; make prints each part's output whole when it ends.
-## Then the molecule lanes, the conformance tests first in the second lane
-## (beside the deploy scenario: two streams of work at a time, not three).
+## molecule scenarios. First the real-SGLang cache; then the unit tests (three
+## workers: they mostly wait on real processes and HTTP), then the molecule
+## lanes, the conformance tests first in the second lane (beside the deploy
+## scenario). Lint and sanity run from the start beside all that, niced: they
+## take the cores only when the tests leave them idle, and their output is
+## printed whole when both have ended. Any part failing fails the whole.
+LANES := deploy,lab,real make:conformance,provision,fleet
 test: setup real
-	$(MAKE) --no-print-directory -j3 --output-sync=target lint sanity units NICE="nice -n 10"
-	$(MAKE) --no-print-directory molecule MOLECULE_LANES="deploy,lab,real make:conformance,provision,fleet"
+	@mkdir -p .cache; \
+	( $(MAKE) --no-print-directory -j2 --output-sync=target lint sanity NICE="nice -n 10" >.cache/lint+sanity.log 2>&1; \
+	  rc=$$?; cat .cache/lint+sanity.log; exit $$rc ) & checks=$$!; \
+	$(MAKE) --no-print-directory units && $(MAKE) --no-print-directory molecule MOLECULE_LANES="$(LANES)"; rc=$$?; \
+	wait $$checks || rc=1; exit $$rc
 
 ## ansible-lint, then each role's defaults against its meta/argument_specs.yml
 ## (tools/check_argument_specs.py); both run, and either failing fails lint.
@@ -115,9 +119,11 @@ UNIT_WORKERS ?= 3
 units: $(VENV)/.stamp
 	.ci/timed units python -m pytest -n $(UNIT_WORKERS) --dist loadfile --durations=20 tests/unit
 
-## The collection's claims checked against real SGLang 0.5.11 and 0.5.23 on CPU.
+## The collection's claims checked against real SGLang 0.5.11 and 0.5.23 on CPU,
+## in two workers (tests/conformance/conftest.py: which cases share one).
+CONFORMANCE_WORKERS ?= 2
 conformance: $(VENV)/.stamp real
-	.ci/timed conformance python -m pytest --durations=20 tests/conformance
+	.ci/timed conformance python -m pytest -n $(CONFORMANCE_WORKERS) --dist loadscope --durations=20 tests/conformance
 
 ## molecule/real mounts the real venv, stub and model from INFEROPS_REAL_ROOT.
 ## The scenarios run in lanes side by side (.ci/molecule-lanes.sh): deploy and

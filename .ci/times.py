@@ -3,8 +3,8 @@
 Each row: the part, when it started (seconds after the first part started),
 its wall time, its CPU time where .ci/timed measured it (the part's own
 processes, a lab container's not included; a molecule step's is not measured),
-and how it ended. Parts that overlap ran side by side (make's
-first stage, the molecule lanes). The last row is the wall time
+and how it ended. Parts that overlap ran side by side (lint and sanity
+beside the tests, the molecule lanes). The last row is the wall time
 from the first start to the last end.
 
     python3 .ci/times.py .cache/ci-times.tsv
