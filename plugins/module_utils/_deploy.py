@@ -113,8 +113,13 @@ def url_of(argv: list[str] | None, default: str | None = None) -> str | None:
     if host is None and port is None:
         return default
     host = host or "127.0.0.1"
-    if host in ("0.0.0.0", "::", ""):
+    # A wildcard is probed on the loopback of its own family: a server on "::" is reached on
+    # ::1, where its own socket answers; 127.0.0.1's port may be another user's when the
+    # server's socket is IPv6-only (bindv6only), and the probes carry the API key.
+    if host in ("0.0.0.0", ""):
         host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"
     return f"http://{host}:{port or 30000}"

@@ -49,6 +49,7 @@ from ansible_collections.inferops.sglang.plugins.module_utils import _deploy
 from ansible_collections.inferops.sglang.plugins.module_utils import _drain
 from ansible_collections.inferops.sglang.plugins.module_utils import _gpu
 from ansible_collections.inferops.sglang.plugins.module_utils import _http
+from ansible_collections.inferops.sglang.plugins.module_utils import _listener
 from ansible_collections.inferops.sglang.plugins.module_utils import _mask
 from ansible_collections.inferops.sglang.plugins.module_utils import _process_watch
 from ansible_collections.inferops.sglang.plugins.module_utils import _readiness
@@ -1029,13 +1030,32 @@ class SystemHost:
             raise HostError(f"gate settings: {exc}") from None
         return self._masked(gate.run(), key)
 
+    def _listener_is_the_units(self, url: str, what: str, key: str | None) -> None:
+        """The API key goes only to the unit's own listener: before the drain and the benchmark
+        send it (the gate checks for itself), who listens on the URL is looked up as the gate
+        looks it up, and another process there (a local user who bound the port while the
+        service was down, or beside an IPv6 listener) is refused: HostError, nothing sent."""
+        if not key or not self.gate_options.get("check_listener", True):
+            return
+        watcher = _process_watch.UnitWatcher(self.unit, self.run_command)
+        try:
+            watcher.poll()
+        except _process_watch.GateFailure:
+            pass  # no unit: none of its processes listens, so any listener is another's
+        seen = _listener.find_listener(url, watcher)
+        if seen.state == "foreign":
+            raise HostError(f"{what}: another process answers on {seen.address}, not {self.unit}: {seen.detail}; "
+                            "the API key was not sent to it")
+
     def drain(self, url: str, api_key_file: str | None, timeout: float, interval: float) -> dict:
         client, key = self._client(url, api_key_file, 5.0)
+        self._listener_is_the_units(url, "drain", key)
         return self._masked(_drain.drain(client, timeout, interval), key)
 
     def bench(self, url: str, api_key_file: str | None, load: dict, baseline: dict | None, thresholds: dict) -> dict:
         """What the sglang_bench module returns for the deploy's load (_bench.measure)."""
         client, key = self._client(url, api_key_file, float(load["timeout"]))
+        self._listener_is_the_units(url, "benchmark", key)
         try:
             return self._masked(_bench.measure(client, load, baseline, thresholds), key)
         except _bench.BenchError as exc:

@@ -182,7 +182,7 @@ memory_warnings:
   elements: str
 url:
   description: The URL the server answers on, from O(bind_host) and O(port) (a wildcard address is asked on
-    C(127.0.0.1); an IPv6 address is bracketed).
+    the loopback of its family, C(0.0.0.0) on C(127.0.0.1), C(::) on C(::1); an IPv6 address is bracketed).
   returned: success
   type: str
   sample: http://127.0.0.1:30000

@@ -84,7 +84,7 @@ def test_known_good_without_its_unit_falls_back_to_the_baseline():
 
 @pytest.mark.parametrize("argv,url", [
     (["--host", "0.0.0.0", "--port", "8000"], "http://127.0.0.1:8000"),
-    (["--host", "::", "--port", "8000"], "http://127.0.0.1:8000"),
+    (["--host", "::", "--port", "8000"], "http://[::1]:8000"),  # its own family's loopback (issue 29)
     (["--host", "fd00::1", "--port", "8000"], "http://[fd00::1]:8000"),
     (["--port=8001"], "http://127.0.0.1:8001"),
     (["--host", "10.0.0.5"], "http://10.0.0.5:30000"),

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -1245,3 +1249,51 @@ def test_system_host_gate_drain_and_bench_call_the_collections_own_with_the_key_
     assert host.bench(URL, str(config), load, FAST, {})["passed"] is False
     with pytest.raises(HostError, match="api_key_file"):
         host.gate(URL, str(tmp_path / "missing.yaml"), 10, 0)
+
+
+def test_the_drain_and_the_benchmark_send_the_key_only_to_the_units_own_listener():
+    """Issue 29: a local user who holds the service's port (bound while the service was down,
+    or beside an IPv6 listener) got the API key from the drain, the first contact of a switch,
+    and from the known-good benchmark. Both now look up who listens, as the gate does, and
+    refuse another process without sending anything; the unit's own listener gets the key."""
+    seen: list[str | None] = []
+
+    class Squatter(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            seen.append(self.headers.get("Authorization"))
+            self.send_response(404)
+            self.end_headers()
+
+        do_POST = do_GET
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Squatter)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}"
+    unit_process = subprocess.Popen(["sleep", "60"])  # the unit's main process: not the one that listens
+
+    def show(pid: int) -> Commands:
+        return Commands({"systemctl show": (0, f"LoadState=loaded\nActiveState=active\nSubState=running\nMainPID={pid}\n", "")})
+
+    try:
+        host = _switch.SystemHost(SERVICE, show(unit_process.pid), api_key="run-key")
+        with pytest.raises(HostError, match=rf"^drain: another process answers on 127.0.0.1:{server.server_port}, "
+                                            rf"not {SERVICE}: pid {os.getpid()} .*the API key was not sent to it$"):
+            host.drain(url, None, 5, 0.1)
+        with pytest.raises(HostError, match="^benchmark: another process answers on .*the API key was not sent to it$"):
+            host.bench(url, None, _bench.plan_load(8, 4096, {}), None, {})
+        # no unit at all: any listener is another's
+        gone = _switch.SystemHost(SERVICE, Commands({"systemctl show": (1, "", "no such unit")}), api_key="run-key")
+        with pytest.raises(HostError, match="the API key was not sent"):
+            gone.drain(url, None, 5, 0.1)
+        assert seen == []
+        # the unit's own listener (this process stands for its main process): the drain goes ahead, with the key
+        _switch.SystemHost(SERVICE, show(os.getpid()), api_key="run-key").drain(url, None, 0, 0.1)
+        assert seen and set(seen) == {"Bearer run-key"}
+    finally:
+        unit_process.kill()
+        unit_process.wait()
+        server.shutdown()
+        server.server_close()

@@ -311,7 +311,7 @@ def test_the_baseline_is_resolved_with_the_same_options_as_the_variant(host, cap
     assert run(capsys, name="balanced")[1]["baseline"] is None
 
 
-URLS = [("127.0.0.1", "http://127.0.0.1:30001"), ("0.0.0.0", "http://127.0.0.1:30001"), ("::", "http://127.0.0.1:30001"),
+URLS = [("127.0.0.1", "http://127.0.0.1:30001"), ("0.0.0.0", "http://127.0.0.1:30001"), ("::", "http://[::1]:30001"),
         ("::1", "http://[::1]:30001"), ("fd00::5", "http://[fd00::5]:30001")]
 
 
