@@ -250,6 +250,19 @@ def resolve(p: dict, name_asked: str, host: dict) -> dict:
     return out
 
 
+UNPRIVILEGED_PORT_START = "/proc/sys/net/ipv4/ip_unprivileged_port_start"
+
+
+def unprivileged_port_start() -> int:
+    """The lowest port any local user may bind (the sysctl net.ipv4.ip_unprivileged_port_start;
+    1024, the kernel's default, where it cannot be read)."""
+    try:
+        with open(UNPRIVILEGED_PORT_START, encoding="ascii") as handle:
+            return int(handle.read().strip())
+    except (OSError, ValueError):
+        return 1024
+
+
 def host_facts(p: dict, run_command) -> dict:
     """What every variant is checked against, read once: the model and draft model directories,
     the unit's paths, the credentials, the GPUs, the installed SGLang and its --help. ``errors``:
@@ -318,8 +331,14 @@ def variant(p: dict, run_command) -> dict:
         baseline = dict(resolve(p, p["baseline"], host), sglang_version=host["version_text"],
                         max_position_embeddings=host["max_position_embeddings"])
     url = _deploy.url_of(["--host", p["bind_host"], "--port", str(p["port"])])
+    # A port below the host's unprivileged range is one no other local user can bind, before the
+    # server or while it is down (the API key goes to whoever answers there); the unit then gets
+    # the one capability that binds it (templates/sglang.service.j2).
+    privileged = p["port"] < unprivileged_port_start()
+    if baseline is not None:
+        baseline["privileged_port"] = privileged
     return dict(result, sglang_version=host["version_text"], max_position_embeddings=host["max_position_embeddings"],
-                url=url, baseline=baseline)
+                url=url, baseline=baseline, privileged_port=privileged)
 
 
 # -- the model's files -----------------------------------------------------------------

@@ -186,11 +186,18 @@ url:
   returned: success
   type: str
   sample: http://127.0.0.1:30000
+privileged_port:
+  description:
+    - Whether O(port) is below the host's unprivileged range (the sysctl C(net.ipv4.ip_unprivileged_port_start),
+      1024 by default), so that no other local user can bind it; the role's unit then gives the server the
+      capability C(CAP_NET_BIND_SERVICE) and no other.
+  returned: success
+  type: bool
 baseline:
   description:
     - O(baseline) resolved and checked as O(name) is; null without O(baseline).
-    - C(variant), C(params), C(argv), C(exec_args), C(sglang_version), C(max_position_embeddings), C(memory_plan) and
-      C(memory_warnings) as for O(name), and C(errors) (empty when the baseline can run on this host), the same keys
+    - C(variant), C(params), C(argv), C(exec_args), C(sglang_version), C(max_position_embeddings), C(memory_plan),
+      C(memory_warnings) and C(privileged_port) as for O(name), and C(errors) (empty when the baseline can run on this host), the same keys
       the role renders a variant from.
   returned: success
   type: dict

@@ -61,7 +61,8 @@ def render(template: str, **overrides) -> str:
         sglang_service_gpu_devices=[0, 2],
         _sglang_service_environment={"LD_LIBRARY_PATH": "/usr/local/cuda-13.0/lib64"},
         _sglang_service_render={"variant": "nextn", "params": {"description": "Production baseline"},
-                                "sglang_version": "0.5.11", "exec_args": "--model-path /srv/models/Qwen3.6-27B"},
+                                "sglang_version": "0.5.11", "exec_args": "--model-path /srv/models/Qwen3.6-27B",
+                                "privileged_port": False},
     )
     variables.update(overrides)
     # the manifest read's device nodes (tasks/preflight.yml, vars/main.yml): with no minors
@@ -147,7 +148,8 @@ def test_description_and_served_name_are_refused_or_stay_on_their_lines(case, tm
     assert errors == []
     unit = render("sglang.service.j2", sglang_service_served_model_name=value,
                   _sglang_service_render={"variant": "nextn", "params": {"description": value},
-                                          "sglang_version": "0.5.11", "exec_args": "--model-path /m"})
+                                          "sglang_version": "0.5.11", "exec_args": "--model-path /m",
+                                          "privileged_port": False})
     assert keys(unit) == baseline_keys()
     description = [v for s, k, v in systemd_syntax.lines(unit) if k == "Description"]
     assert [systemd_syntax.specifiers(d) for d in description] == [f"SGLang {value} (nextn)".strip()]
@@ -165,13 +167,35 @@ def test_command_line_arguments_are_refused_or_reach_the_server_exactly(case):
     assert errors == []
     argv = ["--model-path", "/srv/m", "--served-model-name", value, "--x", value]
     unit = render("sglang.service.j2", _sglang_service_render={
-        "variant": "nextn", "params": {}, "sglang_version": "0.5.11", "exec_args": _variants.quote(argv)})
+        "variant": "nextn", "params": {}, "sglang_version": "0.5.11", "exec_args": _variants.quote(argv),
+        "privileged_port": False})
     assert keys(unit) == baseline_keys()
     (line,) = [v for s, k, v in systemd_syntax.lines(unit) if k == "ExecStart"]
     # systemd.service(5) "COMMAND LINES": specifiers over the whole line, then the words, then $$ is $
     words = systemd_syntax.words(systemd_syntax.specifiers(line))
     assert all("$" not in w.replace("$$", "") for w in words)
     assert [w.replace("$$", "$") for w in words] == ["/opt/sglang/venv/bin/python", "-m", "sglang.launch_server"] + argv
+
+
+def test_a_privileged_port_gives_the_server_the_capability_to_bind_it_and_no_other(tmp_path):
+    """Issue 29: a port below the host's unprivileged range cannot be taken by another local user
+    while the server loads or is down; the unit then holds CAP_NET_BIND_SERVICE, bounded to it."""
+    def capabilities(unit: str) -> dict[str, list[str]]:
+        found: dict[str, list[str]] = {}
+        for _section, key, value in systemd_syntax.lines(unit):
+            if key in ("CapabilityBoundingSet", "AmbientCapabilities"):
+                found.setdefault(key, []).append(value)
+        return found
+
+    plain = render("sglang.service.j2")
+    assert capabilities(plain) == {"CapabilityBoundingSet": [""], "AmbientCapabilities": [""]}
+    unit = render("sglang.service.j2", sglang_service_port=443, _sglang_service_render={
+        "variant": "nextn", "params": {}, "sglang_version": "0.5.11", "exec_args": "--model-path /m --port 443",
+        "privileged_port": True})
+    assert capabilities(unit) == {"CapabilityBoundingSet": ["CAP_NET_BIND_SERVICE"],
+                                  "AmbientCapabilities": ["CAP_NET_BIND_SERVICE"]}
+    assert [k for k in keys(unit) if k[1] != "#"] == [k for k in keys(plain) if k[1] != "#"]
+    verify(unit, tmp_path)
 
 
 @pytest.mark.parametrize("path,error", [

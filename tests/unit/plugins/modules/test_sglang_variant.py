@@ -315,6 +315,21 @@ URLS = [("127.0.0.1", "http://127.0.0.1:30001"), ("0.0.0.0", "http://127.0.0.1:3
         ("::1", "http://[::1]:30001"), ("fd00::5", "http://[fd00::5]:30001")]
 
 
+@pytest.mark.parametrize("start, port, privileged", [("1024", 30000, False), ("1024", 443, True), ("40000", 30000, True),
+                                                     (None, 1023, True), (None, 1024, False)])
+def test_a_port_below_the_hosts_unprivileged_range_is_privileged(host, capsys, monkeypatch, tmp_path, start, port, privileged):
+    """The sysctl the kernel checks a bind against (1024 where it cannot be read): the role's unit
+    gives the server CAP_NET_BIND_SERVICE for such a port, which no other local user can take."""
+    sysctl = tmp_path / "ip_unprivileged_port_start"
+    if start is not None:
+        sysctl.write_text(start + "\n")
+    monkeypatch.setattr(sglang_variant._preflight, "UNPRIVILEGED_PORT_START", str(sysctl))
+    host()
+    rc, result = run(capsys, port=port, baseline="nextn")
+    assert rc == 0, result
+    assert result["privileged_port"] is privileged and result["baseline"]["privileged_port"] is privileged
+
+
 @pytest.mark.parametrize("bind_host, url", URLS)
 def test_the_service_url_brackets_ipv6(host, capsys, bind_host, url):
     host()
