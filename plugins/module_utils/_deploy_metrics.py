@@ -155,17 +155,23 @@ def file_name(service: str) -> str:
 
 def refresh(service_dir: str, service: str, directory: str) -> bool:
     """Rewrite the service's textfile in ``directory`` from its records (0644: node_exporter
-    runs as its own user). Returns whether it changed. A missing ``directory`` is created."""
+    runs as its own user). Returns whether it changed. A missing ``directory`` is made. The directory is usually node_exporter's user's (Debian's package gives
+    it /var/lib/prometheus/node-exporter and its parent): it is opened without following a link
+    that user could plant, and written relative to that (_state_files.open_directory)."""
     text = textfile(service, files.read_jsonl(os.path.join(service_dir, "history.jsonl")),
                     files.read_jsonl(os.path.join(service_dir, "watchdog", "history.jsonl")))
-    os.makedirs(directory, mode=0o755, exist_ok=True)
-    path = os.path.join(directory, file_name(service))
-    if not text:
-        if os.path.exists(path):
-            os.unlink(path)
-            return True
-        return False
-    return files.replace(path, text, 0o644)
+    name = file_name(service)
+    fd = files.open_directory(directory, create_mode=0o755)
+    try:
+        if text:
+            return files.replace_at(fd, name, text, 0o644)
+        try:
+            os.unlink(name, dir_fd=fd)
+        except FileNotFoundError:
+            return False
+        return True
+    finally:
+        os.close(fd)
 
 
 def parse(text: str) -> dict[str, dict]:

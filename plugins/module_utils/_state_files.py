@@ -8,13 +8,16 @@ Shared by the deploy state module, the watchdog (which runs on the host from a c
 module_utils, so this file uses the standard library only), the model stager, and every
 writer of the collection that replaces a file whole (``write_atomic``: the deploy lock, the
 host manifest, the DDTree build's manifest and journal, the gate's progress file,
-tools/inferops_model_manifest.py).
+tools/inferops_model_manifest.py). ``open_directory`` and ``replace_at`` write as root into a
+directory another user owns (node_exporter's textfile directory) without following a link
+that user could plant.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import stat
 import tempfile
 
@@ -192,3 +195,107 @@ def ensure_directory(path: str, mode: int, uid: int | None = None, gid: int | No
             os.lchown(path, uid, gid)
         os.chmod(path, mode)
     return created or mended
+
+
+# -- writing as root where another user owns the directory -----------------------------------------
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+_MAX_LINKS = 40  # as the kernel's path walk (ELOOP)
+
+
+def _trusted_dir(fd: int) -> bool:
+    """Only root can change this directory's entries (root's, no group or other write)."""
+    info = os.fstat(fd)
+    return info.st_uid == 0 and not info.st_mode & 0o022
+
+
+def open_directory(path: str, create_mode: int | None = None) -> int:
+    """A file descriptor of the directory ``path``, walked one name at a time from ``/`` without
+    following a symbolic link that another user could have planted: a link is followed only
+    where it sits in a directory that only root can change (as fs.protected_symlinks reasons),
+    else OSError names it. ``create_mode``: a missing directory on the way is made (mkdir, that
+    mode), as os.makedirs would. Whatever later replaces a name on the way, the descriptor stays this directory:
+    write relative to it (``replace_at``). The caller closes it."""
+    if not os.path.isabs(path):
+        raise OSError(f"{path} is not an absolute path")
+    fd = os.open("/", _DIR_FLAGS)
+    names = [n for n in path.split("/") if n not in ("", ".")]
+    hops = 0
+    try:
+        while names:
+            name = names.pop(0)
+            if name == "..":
+                raise OSError(f"{path}: '..' is not followed")
+            try:
+                following = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if create_mode is None:
+                    raise
+                os.mkdir(name, create_mode, dir_fd=fd)
+                following = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except OSError:
+                info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                if not stat.S_ISLNK(info.st_mode):
+                    raise OSError(f"{path}: {name} is not a directory") from None
+                if not _trusted_dir(fd):
+                    raise OSError(f"{path}: {name} is a symbolic link in a directory that another user than root "
+                                  "can change; it is not followed") from None
+                hops += 1
+                if hops > _MAX_LINKS:
+                    raise OSError(f"{path}: too many symbolic links") from None
+                target = os.readlink(name, dir_fd=fd)
+                names = [n for n in target.split("/") if n not in ("", ".")] + names
+                if target.startswith("/"):
+                    os.close(fd)
+                    fd = -1
+                    fd = os.open("/", _DIR_FLAGS)
+                continue
+            os.close(fd)
+            fd = following
+        return fd
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        raise
+
+
+def replace_at(dir_fd: int, name: str, data: bytes | str, mode: int) -> bool:
+    """``replace`` relative to a directory descriptor (``open_directory``): nothing is written
+    when the file there already holds ``data`` with ``mode`` (read without following a link);
+    else a new file with an unpredictable name, created exclusively (O_EXCL, O_NOFOLLOW), its
+    mode set with fchmod, synced, renamed onto ``name`` in the same directory (a link at
+    ``name`` is replaced, never written through). Returns whether the file changed."""
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), dir_fd=dir_fd)
+    except OSError:
+        pass
+    else:
+        try:
+            info = os.fstat(fd)
+            current = os.read(fd, len(data) + 1) if stat.S_ISREG(info.st_mode) else None
+        finally:
+            os.close(fd)
+        if current == data and (info.st_mode & 0o7777) == mode:
+            return False
+    temp = f".{name[:_TEMP_NAME_MAX]}.{secrets.token_hex(8)}.tmp"
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600,
+                 dir_fd=dir_fd)
+    try:
+        try:
+            os.fchmod(fd, mode)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        try:
+            os.unlink(temp, dir_fd=dir_fd)
+        except FileNotFoundError:
+            pass
+        raise
+    return True

@@ -109,6 +109,73 @@ def test_refresh_writes_once_world_readable_and_in_one_step(tmp_path):
     assert [p.name for p in out.iterdir()] == [path.name]  # no temporary file left behind
 
 
+NOBODY = 65534
+
+
+def another_users(path) -> None:
+    """``path`` made another user's, as Debian's package makes /var/lib/prometheus and its
+    node-exporter directory the prometheus user's (a run as another user than root: already so)."""
+    if os.geteuid() == 0:
+        os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
+
+
+def test_refresh_never_writes_through_a_link_the_directorys_owner_planted(tmp_path):
+    """Issue 29: node_exporter's user owns the textfile directory and its parent. A link it puts
+    in place of the directory, or at the file's name, made root write (0644, the metrics text)
+    wherever it pointed. Now the directory is opened without following a link another user could
+    have planted, and the file is replaced by rename, never written through a link."""
+    service_dir = tmp_path / "state"
+    service_dir.mkdir()
+    (service_dir / "history.jsonl").write_text(json.dumps(deploy("switched", "nextn", "2026-12-03T01:00:00Z")) + "\n")
+    victim = tmp_path / "etc"
+    victim.mkdir()
+    secret = victim / "shadow"
+    secret.write_text("root only\n")
+    secret.chmod(0o600)
+    prometheus = tmp_path / "prometheus"
+    prometheus.mkdir()
+    another_users(prometheus)
+    # the directory replaced by a link to the victim's
+    (prometheus / "node-exporter").symlink_to(victim)
+    with pytest.raises(OSError, match="node-exporter is a symbolic link in a directory that another user than root can change"):
+        dm.refresh(str(service_dir), SERVICE, str(prometheus / "node-exporter"))
+    assert sorted(p.name for p in victim.iterdir()) == ["shadow"]
+    # a link at the file's name, to a root-only file: replaced, the file untouched
+    (prometheus / "node-exporter").unlink()
+    textfiles = prometheus / "node-exporter"
+    textfiles.mkdir()
+    another_users(textfiles)
+    (textfiles / dm.file_name(SERVICE)).symlink_to(secret)
+    assert dm.refresh(str(service_dir), SERVICE, str(textfiles)) is True
+    assert secret.read_text() == "root only\n" and stat.S_IMODE(secret.stat().st_mode) == 0o600
+    written = textfiles / dm.file_name(SERVICE)
+    assert not written.is_symlink() and value(written.read_text(), "inferops_sglang_deploys_total", outcome="switched") == 1
+    # no records: the file goes (a link there would be removed, not followed)
+    (service_dir / "history.jsonl").write_text("")
+    assert dm.refresh(str(service_dir), SERVICE, str(textfiles)) is True and not written.exists()
+
+
+def test_a_link_only_root_could_have_made_is_followed(tmp_path):
+    """A host whose /var/lib is a link (root's, in root's /) keeps working: a link in a directory
+    that only root can change is followed; the same link in a directory another user can change
+    is not."""
+    if os.geteuid() != 0:
+        pytest.skip("only root makes a directory that only root can change")
+    service_dir = tmp_path / "state"
+    service_dir.mkdir()
+    (service_dir / "history.jsonl").write_text(json.dumps(deploy("switched", "nextn", "2026-12-03T01:00:00Z")) + "\n")
+    real = tmp_path / "data"
+    real.mkdir()
+    roots = tmp_path / "roots"
+    roots.mkdir(mode=0o755)
+    (roots / "lib").symlink_to(real)
+    assert dm.refresh(str(service_dir), SERVICE, str(roots / "lib" / "node-exporter")) is True
+    assert (real / "node-exporter" / dm.file_name(SERVICE)).is_file()
+    roots.chmod(0o777)
+    with pytest.raises(OSError, match="lib is a symbolic link in a directory that another user than root can change"):
+        dm.refresh(str(service_dir), SERVICE, str(roots / "lib" / "node-exporter"))
+
+
 def test_the_parser_refuses_what_is_not_the_text_format():
     with pytest.raises(ValueError, match="not a sample"):
         dm.parse("sglang:num_requests_total{a=\"1\"}\n")
