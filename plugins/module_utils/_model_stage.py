@@ -29,14 +29,16 @@ import ctypes
 import errno
 import hashlib
 import http.client
+import ipaddress
 import json
 import os
 import re
 import shutil
+import stat
 import struct
 import time
 import urllib.error
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 try:
     from ansible_collections.inferops.sglang.plugins.module_utils import _state_files as files
@@ -217,72 +219,124 @@ def local_manifest(directory: str) -> dict | None:
 # -- sources -----------------------------------------------------------------------------
 
 class Source:
-    """A mirror: an http(s) base URL, or a local or NFS directory."""
+    """A mirror: an http(s) base URL, or a local or NFS directory.
 
-    def __init__(self, location: str, timeout: float = 60.0, validate_certs: bool = True) -> None:
+    Plain ``http://`` is refused unless the mirror is on this host's loopback or ``allow_http``
+    says so (anyone on the path could choose the weights, only the manifest's digest would
+    tell); a redirect to another scheme or host is refused. A local mirror's files are opened
+    under its root without following a link (a link there could make root copy any file of the
+    host into the model), regular files only. ``shown``: the location without credentials."""
+
+    def __init__(self, location: str, timeout: float = 60.0, validate_certs: bool = True, allow_http: bool = False) -> None:
         self.location = location.rstrip("/")
         self.timeout = timeout
-        self.http = urlsplit(location).scheme in ("http", "https")
+        parts = urlsplit(location)
+        self.http = parts.scheme in ("http", "https")
         if not self.http and location.startswith("file://"):
-            self.location = urlsplit(location).path.rstrip("/")
+            self.location = parts.path.rstrip("/")
         if not self.http and not os.path.isabs(self.location):
-            raise StageError(f"source {location!r} is neither an http(s) URL nor an absolute path")
+            raise StageError(f"source {_shown(location)!r} is neither an http(s) URL nor an absolute path")
+        self.shown = _shown(self.location)
+        if parts.scheme == "http" and not allow_http and not _loopback(parts.hostname or ""):
+            raise StageError(f"source {self.shown} is plain http: anyone on the way could choose the weights; use https, "
+                             "or allow it (allow_http) for a mirror on a network you trust")
         self.validate_certs = validate_certs
 
     def _open(self, name: str, headers: dict | None = None):
-        """GET one file with Ansible's own HTTP client (proxies, redirects, TLS checks). Imported
-        here: the checks and the manifest (tools/inferops_model_manifest.py) run without Ansible."""
+        """GET one file with Ansible's own HTTP client (proxies, TLS checks, redirects within the
+        mirror's scheme and host only). Imported here: the checks and the manifest
+        (tools/inferops_model_manifest.py) run without Ansible."""
         from ansible.module_utils import urls  # pylint: disable=import-outside-toplevel
         try:
-            return urls.open_url(self._url(name), headers=headers or {}, timeout=self.timeout,
+            resp = urls.open_url(self._url(name), headers=headers or {}, timeout=self.timeout,
                                  validate_certs=self.validate_certs, follow_redirects="safe")
         except urls.ConnectionError as exc:  # a TLS check or a proxy that failed: not an HTTP answer
             raise OSError(str(exc)) from exc
+        asked, got = urlsplit(self.location), urlsplit(resp.geturl())
+        if (got.scheme, got.hostname, got.port) != (asked.scheme, asked.hostname, asked.port):
+            resp.close()
+            raise StageError(f"{name}: the mirror redirected to {_shown(resp.geturl())}, another scheme or host than "
+                             f"{self.shown}: refused")
+        return resp
 
     def _url(self, name: str) -> str:
         return f"{self.location}/{quote(name)}"
 
+    def _open_local(self, name: str):
+        """``name`` (a manifest's relative path) under the local mirror's root, every part of it
+        opened without following a link; a regular file, else OSError."""
+        fd = os.open(self.location, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            parts = name.split("/")
+            for part in parts[:-1]:
+                following = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                os.close(fd)
+                fd = following
+            file_fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW, dir_fd=fd)
+        finally:
+            os.close(fd)
+        if not stat.S_ISREG(os.fstat(file_fd).st_mode):
+            os.close(file_fd)
+            raise OSError(errno.EINVAL, "not a regular file")
+        return os.fdopen(file_fd, "rb")
+
     def read_text(self, name: str) -> str:
         if not self.http:
             try:
-                with open(os.path.join(self.location, name), encoding="utf-8") as handle:
-                    return handle.read()
-            except OSError as exc:
-                raise StageError(f"{name} cannot be read at the source {self.location}: {exc.strerror}") from exc
+                with self._open_local(name) as handle:
+                    return handle.read(16 << 20).decode("utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+                if isinstance(exc, OSError) and exc.errno == errno.ELOOP:
+                    why = "a symbolic link, not followed"
+                raise StageError(f"{name} cannot be read at the source {self.shown}: {why}") from exc
         try:
             with self._open(name) as resp:
                 return resp.read(16 << 20).decode("utf-8")
         except urllib.error.HTTPError as exc:
-            raise StageError(f"{name} at {self._url(name)}: HTTP {exc.code}") from exc
+            raise StageError(f"{name} at {self.shown}: HTTP {exc.code}") from exc
         except (urllib.error.URLError, OSError, UnicodeDecodeError) as exc:
-            raise StageError(f"{name} at {self._url(name)}: {getattr(exc, 'reason', exc)}") from exc
+            raise StageError(f"{name} at {self.shown}: {getattr(exc, 'reason', exc)}") from exc
 
     def fetch(self, name: str, target: str, size: int) -> tuple[int, bool]:
-        """Bring ``name`` into ``target``, continuing a partial file; (bytes fetched, resumed)."""
+        """Bring ``name`` into ``target``, continuing a partial file; (bytes fetched, resumed).
+        Never more than ``size`` (the manifest's) is written: a source that sends more is
+        refused and what it sent removed."""
         have = os.path.getsize(target) if os.path.exists(target) else 0
         if have > size:
             os.unlink(target)
             have = 0
         if have == size:
             return 0, False
-        return (self._copy(name, target, have) if not self.http else self._download(name, target, have)), have > 0
+        return (self._copy(name, target, have, size) if not self.http else self._download(name, target, have, size)), have > 0
 
-    def _copy(self, name: str, target: str, offset: int) -> int:
-        path = os.path.join(self.location, name)
-        try:
-            src = open(path, "rb")  # pylint: disable=consider-using-with
-        except OSError as exc:
-            raise StageError(f"{name} listed in the manifest is missing at the source {self.location} "
-                             f"({exc.strerror})") from exc
+    @staticmethod
+    def _write_capped(read, out, name: str, target: str, room: int) -> int:
+        """Copy ``read(n)`` blocks into ``out`` up to ``room`` bytes; one byte more is an error."""
         done = 0
+        while True:
+            block = read(min(_CHUNK, room - done + 1))
+            if not block:
+                return done
+            if done + len(block) > room:
+                out.close()
+                os.unlink(target)
+                raise StageError(f"{name}: the source sends more than the manifest's size; what it sent was removed "
+                                 "from the staging directory, nothing more is read")
+            out.write(block)
+            done += len(block)
+
+    def _copy(self, name: str, target: str, offset: int, size: int) -> int:
+        try:
+            src = self._open_local(name)
+        except OSError as exc:
+            why = "a symbolic link, not followed" if exc.errno == errno.ELOOP else exc.strerror
+            raise StageError(f"{name} listed in the manifest is missing at the source {self.shown} ({why})") from exc
         with src, open(target, "ab") as out:
             src.seek(offset)
-            for block in iter(lambda: src.read(_CHUNK), b""):
-                out.write(block)
-                done += len(block)
-        return done
+            return self._write_capped(src.read, out, name, target, size - offset)
 
-    def _download(self, name: str, target: str, offset: int) -> int:
+    def _download(self, name: str, target: str, offset: int, size: int) -> int:
         done = 0
         try:
             with self._open(name, {"Range": f"bytes={offset}-"} if offset else None) as resp:
@@ -290,22 +344,42 @@ class Source:
                     offset = 0  # the server sends the whole file: start it again
                 announced = resp.headers.get("Content-Length")
                 with open(target, "ab" if offset else "wb") as out:
-                    for block in iter(lambda: resp.read(_CHUNK), b""):
-                        out.write(block)
+                    def read(n: int) -> bytes:
+                        nonlocal done
+                        block = resp.read(n)
                         done += len(block)
+                        return block
+                    self._write_capped(read, out, name, target, size - offset)
                 if announced and announced.isdigit() and done < int(announced):
                     raise http.client.IncompleteRead(b"", int(announced) - done)
         except urllib.error.HTTPError as exc:
             if exc.code == 404:
                 raise StageError(f"{name} listed in the manifest is missing at the source (HTTP 404 at "
-                                 f"{self._url(name)})") from exc
-            raise StageError(f"{name}: HTTP {exc.code} at {self._url(name)}") from exc
+                                 f"{self.shown}/{quote(name)})") from exc
+            raise StageError(f"{name}: HTTP {exc.code} at {self.shown}/{quote(name)}") from exc
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
             why = getattr(exc, "reason", None) or (f"{exc.expected} bytes short" if isinstance(exc, http.client.IncompleteRead)
                                                    else exc)
             raise StageError(f"the download of {name} was interrupted after {offset + done} bytes "
                              f"({why}); what arrived is kept: run again to resume") from exc
         return done
+
+
+def _shown(location: str) -> str:
+    """A location without the credentials a URL may carry (user:password@)."""
+    parts = urlsplit(location)
+    if parts.scheme not in ("http", "https") or "@" not in parts.netloc:
+        return location
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 # -- the stage ---------------------------------------------------------------------------
@@ -379,17 +453,25 @@ def swap_in(dest: str, final: str, now: float) -> str | None:
 
 
 def stage(dest: str, source: Source, revision: str, manifest_name: str = MANIFEST, keep: int = 2,
-          check_mode: bool = False, now=time.time) -> dict:
+          check_mode: bool = False, now=time.time, manifest_sha256: str | None = None) -> dict:
     """Stage ``revision`` from ``source`` at ``dest``. Returns changed, path, previous,
     files, bytes, fetched_bytes, resumed, msg. StageError when refused; the model path is
-    then unchanged and the staging directory keeps what was verified or partly fetched."""
+    then unchanged and the staging directory (root's only, 0700, until the swap) keeps what
+    was verified or partly fetched. ``manifest_sha256``: the manifest's digest as the
+    inventory pins it; another manifest is refused before anything is fetched, as is a
+    stage the file system's free space cannot hold."""
     check_revision(revision)
+    if manifest_sha256 is not None and not _HEX64.match(manifest_sha256):
+        raise StageError(f"manifest_sha256 must be 64 lowercase hex digits, got {manifest_sha256!r}")
     manifest_text = source.read_text(manifest_name)
-    manifest = parse_manifest(manifest_text, f"{source.location}/{manifest_name}")
+    digest = hashlib.sha256(manifest_text.encode("utf-8")).hexdigest()
+    if manifest_sha256 is not None and digest != manifest_sha256:
+        raise StageError(f"the source's manifest {source.shown}/{manifest_name} has sha256 {digest}, not the pinned "
+                         f"{manifest_sha256}: nothing is fetched")
+    manifest = parse_manifest(manifest_text, f"{source.shown}/{manifest_name}")
     if manifest["revision"] not in (None, revision):
         raise StageError(f"the source's manifest is of revision {manifest['revision']}, not {revision}: "
                          "nothing is changed")
-    digest = hashlib.sha256(manifest_text.encode("utf-8")).hexdigest()
     paths = layout(dest, revision)
     total = sum(e["size"] for e in manifest["files"].values())
     result = {"changed": False, "path": dest, "revision": revision, "previous": None, "files": len(manifest["files"]),
@@ -412,7 +494,9 @@ def stage(dest: str, source: Source, revision: str, manifest_name: str = MANIFES
     if check_mode:
         return dict(result, changed=True, msg=f"would stage revision {revision} at {dest}")
     os.makedirs(paths["store"], mode=0o755, exist_ok=True)
-    os.makedirs(paths["staging"], mode=0o755, exist_ok=True)
+    os.makedirs(paths["staging"], mode=0o700, exist_ok=True)
+    os.chmod(paths["staging"], 0o700)  # no other user reads a revision before it is verified
+    _room_for(paths["staging"], manifest)
     for name, entry in manifest["files"].items():
         target = os.path.join(paths["staging"], name)
         os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
@@ -434,7 +518,7 @@ def stage(dest: str, source: Source, revision: str, manifest_name: str = MANIFES
     if problems:
         raise StageError(f"revision {revision} fails its checks: {'; '.join(problems)}; {dest} is unchanged")
     with open(os.path.join(paths["staging"], MARKER), "w", encoding="utf-8") as handle:
-        json.dump({"revision": revision, "source": source.location, "manifest_sha256": digest,
+        json.dump({"revision": revision, "source": source.shown, "manifest_sha256": digest,
                    "staged_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now())),
                    "files": len(manifest["files"]), "bytes": total}, handle)
     final = paths["final"]
@@ -445,12 +529,29 @@ def stage(dest: str, source: Source, revision: str, manifest_name: str = MANIFES
             final = f"{final}.{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now()))}"
         else:
             shutil.rmtree(final)
+    os.chmod(paths["staging"], 0o755)  # verified: readable by the service, as the model was
     os.rename(paths["staging"], final)
     previous = swap_in(dest, final, now())
     result.update(changed=True, previous=previous, pruned=prune(paths["store"], final, keep),
                   msg=f"staged revision {revision} at {dest} ({len(manifest['files'])} files, {total} bytes, "
                       f"{result['fetched_bytes']} fetched)")
     return result
+
+
+def _room_for(staging: str, manifest: dict) -> None:
+    """StageError when the file system of ``staging`` has less room than the manifest's files
+    still need (what is there already, whole or in part, counts), before anything is fetched."""
+    needed = 0
+    for name, entry in manifest["files"].items():
+        try:
+            have = os.path.getsize(os.path.join(staging, name))
+        except OSError:
+            have = 0
+        needed += entry["size"] - have if have <= entry["size"] else entry["size"]
+    info = os.statvfs(staging)
+    free = info.f_bavail * info.f_frsize
+    if needed > free:
+        raise StageError(f"the stage needs {needed} bytes and {staging} has {free} free: nothing is fetched")
 
 
 def prune(store: str, keep_path: str, keep: int) -> list[str]:

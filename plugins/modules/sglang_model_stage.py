@@ -18,7 +18,14 @@ description:
   - >-
     An interrupted download is refused and kept: the next run resumes it (an HTTP Range request, or a seek in a local
     file). A corrupt file (sha256) is refused and removed from the staging directory; a file missing at the mirror is
-    refused. In every refusal the model path is unchanged.
+    refused; a file larger than the manifest says is refused and removed, never read past that size. A stage the file
+    system cannot hold (its free space against what the manifest still needs) is refused before anything is fetched.
+    In every refusal the model path is unchanged, and the staging directory is root's only (0700) until the swap.
+  - >-
+    A plain V(http://) mirror is refused unless it is on the host's loopback or O(allow_http) is set; a redirect to
+    another scheme or host is refused; a local mirror's files are opened without following a symbolic link, regular
+    files only. O(manifest_sha256) pins the manifest itself, and with it every file's size and sha256. The source's
+    credentials (C(user:password@)) appear in no message and no marker.
   - >-
     O(state=verified) changes nothing: the quick check (every file the manifest lists is there with its size, every
     safetensors header parses and its tensors end at the file's end, every shard the safetensors index names is there;
@@ -69,8 +76,20 @@ options:
     description: Verify the mirror's TLS certificate.
     type: bool
     default: true
+  allow_http:
+    description:
+      - Accept a plain V(http://) O(source) on another host than this one's loopback. Anyone on the network path can
+        then choose the weights; O(manifest_sha256) still detects it.
+    type: bool
+    default: false
+  manifest_sha256:
+    description:
+      - The sha256 of the source's manifest (C(sha256sum inferops-manifest.json) where it was made). Another manifest
+        is refused before anything is fetched. Empty or omitted, the manifest is taken as the mirror serves it.
+    type: str
 notes:
-  - Staged files are written with the module's umask; the directories are 0755 (the service user reads the model).
+  - Staged files are written with the module's umask; the revision's directories are 0755 once verified (the service
+    user reads the model).
 """
 
 EXAMPLES = r"""
@@ -154,6 +173,8 @@ def main() -> None:
             keep=dict(type="int", default=2),
             timeout=dict(type="float", default=60),
             validate_certs=dict(type="bool", default=True),
+            allow_http=dict(type="bool", default=False),
+            manifest_sha256=dict(type="str"),
         ),
         required_if=[("state", "present", ("source", "revision"))],
         supports_check_mode=True,
@@ -164,9 +185,9 @@ def main() -> None:
     if p["keep"] < 1 or ms.safe_relpath(p["manifest"]) is None:
         module.fail_json(msg="keep must be >= 1 and manifest a file name inside the model")
     try:
-        source = ms.Source(p["source"], timeout=p["timeout"], validate_certs=p["validate_certs"])
+        source = ms.Source(p["source"], timeout=p["timeout"], validate_certs=p["validate_certs"], allow_http=p["allow_http"])
         result = ms.stage(p["path"], source, p["revision"], manifest_name=p["manifest"], keep=p["keep"],
-                          check_mode=module.check_mode)
+                          check_mode=module.check_mode, manifest_sha256=p["manifest_sha256"] or None)
     except (ms.StageError, OSError) as exc:
         module.fail_json(msg=f"model {p['path']} revision {p['revision']} refused: {exc}", path=p["path"],
                          revision=p["revision"])

@@ -106,7 +106,6 @@ def requests_for(server: RealServer, paths: tuple[str, ...]) -> int:
     return sum(server.text().count(f'"{method} {path} HTTP/1.1"') for path in paths for method in ("GET", "POST"))
 
 
-
 @pytest.fixture
 def servers(real, tmp_path):
     """start(release, *args, port=None) -> a RealServer stopped (its whole session) after the test."""

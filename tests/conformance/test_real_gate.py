@@ -60,7 +60,6 @@ def shared(real, tmp_path_factory, shared_servers):
     return shared_servers[-1]
 
 
-
 # -- 1. ready with a real generation; wrong and missing key -----------------------
 
 def test_ready_with_a_real_generation_0_5_11(shared):
@@ -77,7 +76,6 @@ def test_ready_with_a_real_generation_0_5_11(shared):
     assert result["server"]["chunked_prefill_size"] == 2048
     note("ready 0.5.11", load_to_ready=time.monotonic() - started, http=result["phases"]["http"],
          health=result["phases"]["health"], tokens=result["generation"]["completion_tokens"])
-
 
 
 def test_the_simulators_metrics_are_real_sglangs_0_5_11(shared):
@@ -105,7 +103,6 @@ def test_wrong_or_missing_key_is_unauthorized_at_once(shared, key):
     assert result["listener"]["state"] == "owned"
     assert requests_for(shared, ("/v1/models",)) == before + 1  # one request, then the verdict
     note(f"unauthorized ({key or 'no key'})", verdict=result["elapsed"])
-
 
 
 def test_a_drain_waits_for_a_real_generation_0_5_11(shared):
@@ -304,4 +301,3 @@ def test_a_refused_variant_ends_the_gate_within_a_poll(refused, case):
     assert server.proc.wait(10) == 1
     assert clock.at is not None and done - clock.at < POLL_SLACK, done - clock.at
     note(f"refused ({case})", start_to_exit=result["since_start"] or 0.0, exit_to_verdict=done - clock.at)
-

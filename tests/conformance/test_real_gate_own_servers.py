@@ -129,4 +129,3 @@ def test_a_real_server_stopped_mid_start_is_stalled_at_its_stage_budget(servers)
     finally:
         os.killpg(server.proc.pid, signal.SIGCONT)
     note("stopped mid-start", stage=result["stage"], stop_to_verdict=gate.done - stopped, budget=budget)
-

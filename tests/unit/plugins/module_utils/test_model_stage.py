@@ -5,11 +5,14 @@ the model path unchanged; the resume; the atomic swap; the quick and full checks
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
 import sys
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -209,3 +212,112 @@ def test_the_lab_stand_in_models_carry_current_manifests(model):
     assert ms.make_manifest(directory, "lab-standin") == json.loads(Path(directory, ms.MANIFEST).read_text())
     if model == "Qwen3.6-27B":
         assert any("named by model.safetensors.index.json is missing" in p for p in ms.check(directory, None))
+
+
+# -- issue 29: what a mirror, or the path to it, can do to the host ---------------------------------------------------
+
+def test_a_file_larger_than_the_manifest_says_is_never_read_past_its_size_and_removed(tmp_path, published, mirrors):
+    """A 10-byte entry answered with 200 MiB was written whole, then kept for resuming."""
+    dest = tmp_path / "tiny"
+    shard = published["r2"] / "model-00002-of-00002.safetensors"
+    with open(shard, "ab") as handle:
+        handle.write(b"\0" * (3 << 20))  # the mirror now sends 3 MiB more than its manifest says
+    staged = tmp_path / ".tiny.revisions" / ".staging-r2" / shard.name
+    for source in (ms.Source(mirrors(published["r2"]).url), ms.Source(str(published["r2"]))):
+        with pytest.raises(ms.StageError, match=f"{shard.name}: the source sends more than the manifest's size; what it "
+                                                "sent was removed"):
+            ms.stage(str(dest), source, "r2")
+        assert not staged.exists() and not dest.exists()
+
+
+def test_plain_http_is_refused_beyond_loopback_unless_allowed_and_redirects_stay_on_the_mirror(tmp_path, published, mirrors):
+    with pytest.raises(ms.StageError, match="source http://mirror.internal/m/r1 is plain http: anyone on the way could "
+                                            "choose the weights; use https, or allow it"):
+        ms.Source("http://mirror.internal/m/r1")
+    assert ms.Source("http://mirror.internal/m/r1", allow_http=True).http
+    assert ms.Source("https://mirror.internal/m/r1").http and ms.Source("http://[::1]:8080/m").http
+    # a mirror that redirects to another host (here another port of this one) is refused
+    target = mirrors(published["r1"])
+
+    class Redirect(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            self.send_response(302)
+            self.send_header("Location", target.url + self.path)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(ms.StageError, match=rf"the mirror redirected to {target.url}/inferops-manifest.json, another "
+                                                rf"scheme or host than http://127.0.0.1:{server.server_port}: refused"):
+            ms.stage(str(tmp_path / "tiny"), ms.Source(f"http://127.0.0.1:{server.server_port}"), "r1")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert not (tmp_path / "tiny").exists()
+
+
+def test_a_pinned_manifest_digest_refuses_another_manifest_before_anything_is_fetched(tmp_path, published):
+    pinned = hashlib.sha256((published["r1"] / ms.MANIFEST).read_bytes()).hexdigest()
+    with pytest.raises(ms.StageError, match=f"has sha256 [0-9a-f]{{64}}, not the pinned {pinned}: nothing is fetched"):
+        ms.stage(str(tmp_path / "tiny"), ms.Source(str(published["r2"])), "r2", manifest_sha256=pinned)
+    assert not (tmp_path / ".tiny.revisions").exists()
+    with pytest.raises(ms.StageError, match="manifest_sha256 must be 64 lowercase hex digits"):
+        ms.stage(str(tmp_path / "tiny"), ms.Source(str(published["r1"])), "r1", manifest_sha256="abc")
+    result = ms.stage(str(tmp_path / "tiny"), ms.Source(str(published["r1"])), "r1", manifest_sha256=pinned)
+    assert result["changed"] and result["manifest_sha256"] == pinned
+
+
+def test_a_link_in_a_local_mirror_is_not_followed_and_the_staging_directory_is_roots_only(tmp_path, published):
+    """A symlink in a local or NFS mirror made root copy any host file into a world-readable staging file."""
+    secret = tmp_path / "shadow"
+    secret.write_text("root:$6$secret\n")
+    secret.chmod(0o600)
+    config = published["r2"] / "config.json"
+    config.unlink()
+    config.symlink_to(secret)
+    dest = tmp_path / "tiny"
+    with pytest.raises(ms.StageError, match="config.json listed in the manifest is missing at the source .*a symbolic "
+                                            "link, not followed"):
+        ms.stage(str(dest), ms.Source(str(published["r2"])), "r2")
+    staging = tmp_path / ".tiny.revisions" / ".staging-r2"
+    assert (staging.stat().st_mode & 0o777) == 0o700 and not (staging / "config.json").exists()
+    # a link in place of a directory on the way is not followed either, nor is the manifest read through one
+    (published["r2"] / ms.MANIFEST).rename(tmp_path / "manifest")
+    (published["r2"] / ms.MANIFEST).symlink_to(tmp_path / "manifest")
+    with pytest.raises(ms.StageError, match="cannot be read at the source .*a symbolic link, not followed"):
+        ms.stage(str(dest), ms.Source(str(published["r2"])), "r2")
+    # verified and swapped in: the revision is readable again, as the model was
+    result = ms.stage(str(dest), ms.Source(str(published["r1"])), "r1")
+    assert (Path(result["path"]).resolve().stat().st_mode & 0o777) == 0o755
+
+
+def test_a_stage_the_disk_cannot_hold_is_refused_before_anything_is_fetched(tmp_path, published, monkeypatch):
+    real = os.statvfs
+
+    def almost_full(path):
+        info = real(path)
+        return os.statvfs_result((info.f_bsize, info.f_frsize, info.f_blocks, info.f_bfree, 10, info.f_files,
+                                  info.f_ffree, info.f_favail, info.f_flag, info.f_namemax))
+
+    monkeypatch.setattr(ms.os, "statvfs", almost_full)
+    total = sum(e["size"] for e in json.loads((published["r1"] / ms.MANIFEST).read_text())["files"].values())
+    with pytest.raises(ms.StageError, match=rf"the stage needs {total} bytes and .* has {10 * os.statvfs(tmp_path).f_frsize} "
+                                            "free: nothing is fetched"):
+        ms.stage(str(tmp_path / "tiny"), ms.Source(str(published["r1"])), "r1")
+    assert os.listdir(tmp_path / ".tiny.revisions" / ".staging-r1") == []
+
+
+def test_the_sources_credentials_are_in_no_message_and_no_marker(tmp_path, published, mirrors):
+    mirror = mirrors(published["r1"])
+    url = mirror.url.replace("http://", "http://mirror-user:s3cret-pass@")
+    result = ms.stage(str(tmp_path / "tiny"), ms.Source(url), "r1")
+    marker = (tmp_path / "tiny" / ms.MARKER).read_text()
+    assert "s3cret" not in marker and json.loads(marker)["source"] == mirror.url
+    assert "s3cret" not in json.dumps(result)
+    with pytest.raises(ms.StageError) as refused:
+        ms.stage(str(tmp_path / "other"), ms.Source(url + "/absent"), "r1")
+    assert "s3cret" not in str(refused.value) and "HTTP 404" in str(refused.value)
