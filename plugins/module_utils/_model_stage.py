@@ -391,6 +391,23 @@ def layout(dest: str, revision: str) -> dict:
             "staging": os.path.join(store, f".staging-{revision}")}
 
 
+def _trusted_parent(paths: dict) -> None:
+    """StageError when another user could rearrange the model's parent directory (its owner is
+    neither root nor the user staging, or group or others may write it) or has put a link in
+    place of the revisions' directory: a stage moves, removes and prunes directories there, as
+    root, and a planted link would make it do so elsewhere."""
+    try:
+        info = os.stat(paths["parent"])
+    except FileNotFoundError:
+        return  # made by the stage, as root's
+    if info.st_uid not in (0, os.geteuid()) or info.st_mode & 0o022:
+        raise StageError(f"{paths['parent']} (the model's parent directory) can be changed by another user "
+                         f"(owner uid {info.st_uid}, mode {info.st_mode & 0o7777:04o}): a stage there would move and "
+                         "remove directories it could plant; make it root's and not group or world writable")
+    if os.path.islink(paths["store"]):
+        raise StageError(f"{paths['store']} is a symbolic link: the revisions' directory is not followed")
+
+
 def current(dest: str) -> dict:
     """What the model path is now: absent, a directory, or a symlink and its revision marker."""
     if os.path.islink(dest):
@@ -473,6 +490,7 @@ def stage(dest: str, source: Source, revision: str, manifest_name: str = MANIFES
         raise StageError(f"the source's manifest is of revision {manifest['revision']}, not {revision}: "
                          "nothing is changed")
     paths = layout(dest, revision)
+    _trusted_parent(paths)
     total = sum(e["size"] for e in manifest["files"].values())
     result = {"changed": False, "path": dest, "revision": revision, "previous": None, "files": len(manifest["files"]),
               "bytes": total, "fetched_bytes": 0, "resumed": [], "manifest_sha256": digest}

@@ -321,3 +321,21 @@ def test_the_sources_credentials_are_in_no_message_and_no_marker(tmp_path, publi
     with pytest.raises(ms.StageError) as refused:
         ms.stage(str(tmp_path / "other"), ms.Source(url + "/absent"), "r1")
     assert "s3cret" not in str(refused.value) and "HTTP 404" in str(refused.value)
+
+
+def test_a_parent_directory_another_user_can_change_is_refused(tmp_path, published):
+    """A user who can write /srv/models plants .<name>.revisions as a link: the stage, as root,
+    would then rename and prune directories wherever it points."""
+    models = tmp_path / "models"
+    models.mkdir()
+    models.chmod(0o777)
+    with pytest.raises(ms.StageError, match=r"models \(the model's parent directory\) can be changed by another user "
+                                            r"\(owner uid \d+, mode 0777\)"):
+        ms.stage(str(models / "tiny"), ms.Source(str(published["r1"])), "r1")
+    models.chmod(0o755)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (models / ".tiny.revisions").symlink_to(elsewhere)
+    with pytest.raises(ms.StageError, match=r"\.tiny\.revisions is a symbolic link"):
+        ms.stage(str(models / "tiny"), ms.Source(str(published["r1"])), "r1")
+    assert os.listdir(elsewhere) == [] and not (models / "tiny").exists()
