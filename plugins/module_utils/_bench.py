@@ -74,8 +74,10 @@ def percentile(values: list[float], share: float) -> float | None:
     return ordered[int(rank) - 1]
 
 
-def parse(started: float, events: list[tuple[float, bytes]]) -> dict:
-    """One streamed generation's figures from its events (arrival time, ``data:`` payload)."""
+def parse(started: float, events: list[tuple[float, bytes]], max_tokens: int) -> dict:
+    """One streamed generation's figures from its events (arrival time, ``data:`` payload). A count
+    beyond ``max_tokens``, what the request asked for, is the server's error, not a figure (one
+    event claiming millions of tokens would otherwise build a list that long)."""
     points: list[tuple[float, int]] = []
     meta: dict = {}
     for arrived, payload in events:
@@ -90,6 +92,9 @@ def parse(started: float, events: list[tuple[float, bytes]]) -> dict:
         info = data.get("meta_info") if isinstance(data.get("meta_info"), dict) else {}
         tokens = info.get("completion_tokens")
         if isinstance(tokens, int) and not isinstance(tokens, bool):
+            if not 0 <= tokens <= max_tokens:
+                return {"ok": False, "error": f"the stream claims {tokens} completion tokens, the request asked for "
+                                              f"at most {max_tokens}"}
             points.append((arrived, tokens))
             meta = info
     produced = [(t, n) for t, n in points if n >= 1]
@@ -115,7 +120,7 @@ def sample(client, prompt: str, max_tokens: int, timeout: float) -> dict:
         "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0, "ignore_eos": True}}, timeout)
     if response.kind != "ok":
         return {"ok": False, "error": f"POST /generate: {response.describe()}"}
-    return parse(started, events)
+    return parse(started, events, max_tokens)
 
 
 def run_round(client, requests: int, concurrency: int, max_tokens: int, timeout: float, offset: int = 0) -> dict:

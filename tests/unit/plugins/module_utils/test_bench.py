@@ -21,7 +21,7 @@ def event(at: float, tokens: int, **meta) -> tuple[float, bytes]:
 def test_a_stream_gives_ttft_itl_tokens_and_accept_length():
     # the first token 0.5 s after the request, then speculative steps of 3 tokens every 60 ms
     events = [event(10.5, 1), event(10.56, 4), event(10.62, 7, spec_accept_length=2.9)]
-    got = _bench.parse(10.0, events)
+    got = _bench.parse(10.0, events, 7)
     assert got["ok"] and got["tokens"] == 7 and got["ttft"] == pytest.approx(0.5)
     assert got["itl"] == pytest.approx([0.02] * 6) and got["accept_length"] == 2.9
     assert got["e2e"] == pytest.approx(0.62) and got["tpot"] == pytest.approx(0.02)
@@ -32,9 +32,14 @@ def test_a_stream_gives_ttft_itl_tokens_and_accept_length():
     ([(1.0, b"{not json")], "not JSON in the stream"),
     ([(1.0, b'{"error": {"message": "The input is too long"}}')], "the server's error: {'message': 'The input is too long'}"),
     ([event(1.0, 0)], "the stream ended without a token"),
+    # issue 29: one event claiming 50 million tokens built a 774 MiB list of intervals
+    ([event(1.0, 1), (1.1, json.dumps({"meta_info": {"completion_tokens": 50_000_000}}).encode())],
+     "the stream claims 50000000 completion tokens, the request asked for at most 16"),
+    ([event(1.0, 1), (1.1, json.dumps({"meta_info": {"completion_tokens": -3}}).encode())],
+     "the stream claims -3 completion tokens"),
 ])
 def test_a_broken_stream_is_an_error(events, error):
-    got = _bench.parse(0.0, events)
+    got = _bench.parse(0.0, events, 16)
     assert got["ok"] is False and got["error"].startswith(error)
 
 
