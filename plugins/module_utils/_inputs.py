@@ -400,8 +400,13 @@ def check(values: dict) -> list[str]:
                           ("draft_model_path", "sglang_service_draft_model_path"),
                           ("bind_host", "sglang_service_bind_host"),
                           ("python", "sglang_service_python"),
-                          ("state_dir", "sglang_service_state_dir")):
+                          ("state_dir", "sglang_service_state_dir"),
+                          ("watchdog_python", "sglang_service_watchdog_python")):
         errors.extend(check_text(label, values.get(option)))
+    watchdog_python = values.get("watchdog_python")
+    if watchdog_python is not None and not str(watchdog_python).startswith("/"):
+        # root runs it from the watchdog's unit: a PATH lookup would take whatever PATH finds first
+        errors.append(f"sglang_service_watchdog_python must be an absolute path, got {_label(watchdog_python)}")
     errors.extend(check_environment(values.get("environment")))
     errors.extend(check_paths("sglang_service_read_write_paths", values.get("read_write_paths")))
     errors.extend(check_api_key(values.get("api_key")))

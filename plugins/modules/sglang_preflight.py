@@ -111,6 +111,11 @@ options:
   python:
     description: The venv's python set in the inventory or with C(-e); empty for the host manifest's.
     type: str
+  watchdog_python:
+    description:
+      - The interpreter the watchdog's unit runs as root (C(sglang_service_watchdog_python)), checked here with the
+        rest of the input (an absolute path, no control characters); the watchdog is installed later.
+    type: str
   tp_size:
     description: The TP size set in the inventory or with C(-e); empty for the host manifest's.
     type: raw
@@ -295,6 +300,7 @@ def main() -> None:
             read_write_paths=dict(type="raw", default=[]),
             environment=dict(type="raw", default={}),
             python=dict(type="str"),
+            watchdog_python=dict(type="str"),
             tp_size=dict(type="raw"),
             gpu_devices=dict(type="raw"),
             manifest_path=dict(type="path", default=hm.DEFAULT_PATH),

@@ -32,7 +32,7 @@ def test_the_role_defaults_pass():
 
 @pytest.mark.parametrize("char", CONTROL, ids=[f"U+{ord(c):04X}" for c in CONTROL])
 @pytest.mark.parametrize("where", ["description", "served_model_name", "model_path", "draft_model_path", "bind_host",
-                                   "env_value", "read_write_path", "extra_args", "python", "common"])
+                                   "env_value", "read_write_path", "extra_args", "python", "watchdog_python", "common"])
 def test_control_characters_are_refused_wherever_they_reach_the_unit(char, where):
     hostile = f"x{char}ExecStartPre=+/bin/sh -c id"
     values = good()
@@ -49,11 +49,19 @@ def test_control_characters_are_refused_wherever_they_reach_the_unit(char, where
     elif where == "common":
         values["common"] = {"kv_cache_dtype": hostile}
     else:
-        values[where] = "/x" + hostile if where.endswith("path") or where == "python" else hostile
+        values[where] = "/x" + hostile if where.endswith(("path", "python")) else hostile
     errors = _inputs.check(values)
     assert len(errors) == 1, errors
     assert "must not contain control characters" in errors[0] and f"U+{ord(char):04X}" in errors[0]
     assert char not in errors[0]
+
+
+@pytest.mark.parametrize("value", ["python3", "bin/python3", ""])
+def test_the_watchdog_interpreter_root_runs_is_an_absolute_path(value):
+    """Issue 29: it reached the watchdog's unit, run as root, unchecked."""
+    assert _inputs.check(good(watchdog_python=value)) == [
+        f"sglang_service_watchdog_python must be an absolute path, got {value}"]
+    assert _inputs.check(good(watchdog_python="/usr/bin/python3")) == []
 
 
 @pytest.mark.parametrize("name", ["../../tmp/x.service", "sglang/../x.service", "sglang..x.service", "sglang",
