@@ -24,6 +24,9 @@ description:
     interval longer than the gate timeout of O(variant) or O(baseline_variant).
   - All problems are reported together; the module fails when there is any. Messages never contain the API key.
     It never changes anything.
+  - >-
+    The check runs on the controller (its action plugin) and nothing is sent to the host: O(settings) may hold the
+    rotation hooks' URLs and headers, and a module's options are logged in the host's journal.
 author:
   - inferops.sglang contributors (@inferops)
 extends_documentation_fragment:
