@@ -96,6 +96,37 @@ def switch_reasons(differ: list[str], active: bool, interrupted: bool) -> list[s
     return reasons
 
 
+def argument_checks(before: dict, variant: dict, baseline: dict | None, gpus: list) -> list[dict]:
+    """The command lines the host's own SGLang argues before a switch (sglang_server_args), each
+    once, in this order, with the first label it has: the variant's, then the rollback target's
+    (the service running now, the known-good one an earlier deploy saved, or on a host's first
+    deploy the baseline variant). ``before``: sglang_deploy_state's inspect; ``variant`` and
+    ``baseline``: the preflight's resolution; ``gpus``: the validated GPU list.
+
+    A command line the active service runs under the SGLang installed now is not argued: that
+    SGLang took it when the service started. The variant's is not either when it is that very
+    service on the same GPUs, not left half-switched (a re-deploy): on a GPU host that is one
+    import of SGLang, 10-20 s, off every deploy that changes nothing. (The unit's extra
+    environment is not compared: a change of it alone goes to the gate unargued.)"""
+    running = before.get("argv") if before.get("active") else None
+    proven = running if running and before.get("sglang_version") == variant.get("sglang_version") else None
+    variant_proven = (proven is not None and proven == variant.get("argv") and not before.get("interrupted")
+                      and list(before.get("gpu_devices") or []) == list(gpus))
+    candidates = [
+        (f"variant {variant.get('variant')}", variant.get("argv"), variant_proven),
+        (f"rollback target {before.get('variant')} (running now)", running, True),
+        (f"rollback target {before.get('known_good_variant')} (known-good)", before.get("known_good_argv"), True),
+        (f"rollback target {(baseline or {}).get('variant')} (baseline)",
+         None if before.get("known_good") else (baseline or {}).get("argv"), True),
+    ]
+    checks: list[dict] = []
+    for label, argv, skip_when_proven in candidates:
+        if not argv or (skip_when_proven and argv == proven) or any(c["argv"] == argv for c in checks):
+            continue
+        checks.append({"label": label, "argv": argv})
+    return checks
+
+
 def url_of(argv: list[str] | None, default: str | None = None) -> str | None:
     """The URL a server started with these flags answers on (--host/--port);
     ``default`` when the flags do not say (a service the role did not render)."""

@@ -285,3 +285,56 @@ def test_the_record_and_the_summary_carry_the_performance_gate():
         rec = _deploy.record(fields("switched", performance=perf))
         assert rec["performance"] is None and _deploy.summary_row(rec)[3] == "-"
         assert "Performance" not in _deploy.summary_text(rec, "/d")
+
+
+# -- the command lines the host's SGLang argues before a switch ----------------------------------------------------
+
+NEXTN = ["--model-path", "/m", "--speculative-algorithm", "NEXTN"]
+BALANCED = ["--model-path", "/m", "--speculative-algorithm", "DDTREE"]
+
+
+def variant_of(argv: list[str], name: str = "shadow-balanced", version: str = "0.5.11") -> dict:
+    return {"variant": name, "argv": argv, "sglang_version": version}
+
+
+def running(argv: list[str] | None = NEXTN, **more) -> dict:
+    before = {"active": argv is not None, "variant": "nextn", "argv": argv, "sglang_version": "0.5.11",
+              "gpu_devices": [0, 2], "interrupted": False, "known_good": False, "known_good_variant": None,
+              "known_good_argv": None}
+    before.update(more)
+    return before
+
+
+def labels(checks: list[dict]) -> list[str]:
+    return [c["label"] for c in checks]
+
+
+def test_a_switch_argues_the_variant_only_when_the_running_service_is_proven():
+    checks = _deploy.argument_checks(running(), variant_of(BALANCED), variant_of(NEXTN, "nextn"), [0, 2])
+    assert checks == [{"label": "variant shadow-balanced", "argv": BALANCED}]
+
+
+def test_a_redeploy_of_the_running_service_argues_nothing_and_anything_else_argues_the_variant():
+    """The running service's own command line, SGLang and GPUs: proven when it started (one import of SGLang,
+    10-20 s on a GPU host, off every no-op deploy). Another release, other GPUs or an interrupted switch: argued."""
+    nextn = variant_of(NEXTN, "nextn")
+    assert _deploy.argument_checks(running(), nextn, None, [0, 2]) == []
+    for before, gpus, version in ((running(), [0, 1], "0.5.11"), (running(), [0, 2], "0.5.23"),
+                                  (running(interrupted=True), [0, 2], "0.5.11"), (running(active=False), [0, 2], "0.5.11")):
+        checks = _deploy.argument_checks(before, variant_of(NEXTN, "nextn", version), None, gpus)
+        assert labels(checks)[0] == "variant nextn", (before, gpus, version)
+    # another release: the running command line is a rollback target that the new SGLang must take too
+    assert labels(_deploy.argument_checks(running(), variant_of(BALANCED, version="0.5.23"), None, [0, 2])) == [
+        "variant shadow-balanced", "rollback target nextn (running now)"]
+
+
+def test_a_first_deploy_argues_the_baseline_and_a_saved_known_good_service_replaces_it():
+    baseline = variant_of(NEXTN, "nextn")
+    first = running(None)
+    assert labels(_deploy.argument_checks(first, variant_of(BALANCED), baseline, [0, 2])) == [
+        "variant shadow-balanced", "rollback target nextn (baseline)"]
+    saved = running(None, known_good=True, known_good_variant="nextn", known_good_argv=NEXTN + ["--x"])
+    assert labels(_deploy.argument_checks(saved, variant_of(BALANCED), baseline, [0, 2])) == [
+        "variant shadow-balanced", "rollback target nextn (known-good)"]
+    # the same command line twice is argued once, under its first label
+    assert labels(_deploy.argument_checks(first, variant_of(NEXTN, "nextn"), baseline, [0, 2])) == ["variant nextn"]
