@@ -190,7 +190,8 @@ def render_unit(host_result: dict) -> list[str]:
     variables = dict(
         ansible_managed="managed", __sglang_service_host=host_result,
         _sglang_service_gpu_nodes=trust_as_template(role_vars["_sglang_service_gpu_nodes"]),
-        _sglang_service_render={"variant": "nextn", "params": {}, "sglang_version": "0.5.11", "exec_args": "--port 30000"},
+        _sglang_service_render={"variant": "nextn", "params": {}, "sglang_version": "0.5.11", "exec_args": "--port 30000",
+                                "privileged_port": False},
         _sglang_service_config_file="/etc/sglang/sglang-qwen.yaml", _sglang_service_logging_file="/etc/sglang/l.json",
         _sglang_service_credential="sglang-qwen.yaml", _sglang_service_base="sglang-qwen",
         sglang_service_served_model_name="qwen", sglang_service_user="sglang", sglang_service_group="sglang",
