@@ -36,6 +36,7 @@ from ansible_collections.inferops.sglang.plugins.module_utils import _credential
 from ansible_collections.inferops.sglang.plugins.module_utils import _deploy
 from ansible_collections.inferops.sglang.plugins.module_utils import _gpu as gpu_mod
 from ansible_collections.inferops.sglang.plugins.module_utils import _host_manifest as hm
+from ansible_collections.inferops.sglang.plugins.module_utils import _inputs
 from ansible_collections.inferops.sglang.plugins.module_utils import _memplan
 from ansible_collections.inferops.sglang.plugins.module_utils import _model_config
 from ansible_collections.inferops.sglang.plugins.module_utils import _model_stage as ms
@@ -151,6 +152,11 @@ def manifest_read(p: dict, run_command) -> tuple[dict, list[str]]:
 
     settings, sources, errors, warnings = hm.settings(manifest, p["tp_size"], p["gpu_devices"], p["python"],
                                                       p["environment"], p["use_environment"])
+    # what the manifest gives reaches the unit and root's probes as the inventory's would: the same rules
+    if sources.get("python") == "manifest":
+        errors += [f"the host manifest's {e}" for e in _inputs.check_text("python", settings["python"])]
+    if sources.get("environment") == "manifest":
+        errors += [f"the host manifest's {e}" for e in _inputs.check_environment(settings["environment"])]
     known = hm.device_minors(manifest)
     missing = [d for d in settings["gpu_devices"] if d not in known]
     settings["gpu_nodes"], sources["gpu_nodes"] = hm.gpu_nodes(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from pathlib import Path
 
 import pytest
 import yaml
@@ -113,6 +114,24 @@ def test_read_gives_the_manifests_settings(capsys, paths):
                                   "environment": dict(ENV, EXTRA="1"), "gpu_nodes": ["/dev/nvidia0", "/dev/nvidia2"]}
     assert result["sources"]["gpu_nodes"] == ["manifest", "manifest"]
     assert result["variant"] == "nextn" and result["build"]["needed"] == "sglang"
+
+
+def test_read_refuses_what_the_manifest_gives_as_the_input_check_refuses_it(capsys, paths):
+    """Issue 29: the manifest's python and environment reach the unit file and root's probes; an edited
+    manifest's newline would start a line of its own there. The inventory's values were checked, these were not."""
+    write(capsys, paths, ok_probe())
+    data = json.loads(Path(paths["path"]).read_text())
+    data["venv"]["python"] = "/opt/sglang/venv/bin/python\nExecStartPre=/bin/sh"
+    data["environment"]["LD_PRELOAD"] = "/tmp/x.so\nUser=root"
+    Path(paths["path"]).write_text(json.dumps(data))
+    rc, result = read(capsys, paths, name="nextn")
+    assert rc == 1 and len(result["errors"]) == 2, result
+    assert result["errors"][0] == ("the host manifest's python must not contain control characters (a newline would "
+                                   "start a line of its own in the unit file), found U+000A")
+    assert result["errors"][1].startswith("the host manifest's environment variable LD_PRELOAD must not contain control")
+    # the inventory's own python is checked where it is given (the input check), not again here
+    rc, result = read(capsys, paths, name="nextn", python="/opt/other/bin/python", use_environment=False)
+    assert rc == 0, result
 
 
 def test_read_keeps_an_override(capsys, paths):
