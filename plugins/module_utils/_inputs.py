@@ -201,23 +201,24 @@ def check_paths(what: str, paths: object) -> list[str]:
     return errors
 
 
-def check_api_key(key: object) -> list[str]:
-    """The API key: printable ASCII that reaches SGLang byte for byte. The messages never quote it."""
+def check_api_key(key: object, what: str = "sglang_service_api_key") -> list[str]:
+    """An API key (``what``: the variable): printable ASCII that reaches SGLang byte for byte.
+    The messages never quote it."""
     if key is None or key == "":
         return []
     if not isinstance(key, str):
-        return ["sglang_service_api_key must be a string"]
+        return [f"{what} must be a string"]
     errors: list[str] = []
     bad = sorted({f"position {i + 1}" for i, c in enumerate(key) if not 0x20 <= ord(c) <= 0x7E},
                  key=lambda s: int(s.split()[1]))
     if bad:
         shown = ", ".join(bad[:5]) + (" ..." if len(bad) > 5 else "")
-        errors.append("sglang_service_api_key must be printable ASCII (0x20-0x7e): an HTTP header cannot carry a "
+        errors.append(f"{what} must be printable ASCII (0x20-0x7e): an HTTP header cannot carry a "
                       f"control character and clients encode other characters differently (at {shown})")
     if key != key.strip(" "):
-        errors.append("sglang_service_api_key must not begin or end with a space (HTTP strips it from the header)")
+        errors.append(f"{what} must not begin or end with a space (HTTP strips it from the header)")
     if key.startswith("-"):
-        errors.append("sglang_service_api_key must not begin with '-': SGLang passes it to argparse as "
+        errors.append(f"{what} must not begin with '-': SGLang passes it to argparse as "
                       "--api-key VALUE, which takes it for an option")
     return errors
 
@@ -410,6 +411,7 @@ def check(values: dict) -> list[str]:
     errors.extend(check_environment(values.get("environment")))
     errors.extend(check_paths("sglang_service_read_write_paths", values.get("read_write_paths")))
     errors.extend(check_api_key(values.get("api_key")))
+    errors.extend(check_api_key(values.get("admin_api_key"), "sglang_service_admin_api_key"))
     errors.extend(check_settings(values.get("settings") or {}))
     errors.extend(check_interval_fits(values))
     return errors

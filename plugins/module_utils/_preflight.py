@@ -47,7 +47,7 @@ def input_values(options: dict) -> dict:
     """The values ``_inputs.check`` takes, from sglang_preflight's options (as given, unconverted)."""
     names = ("service_name", "user", "group", "variants", "aliases", "overrides", "common", "served_model_name",
              "model_path", "draft_model_path", "bind_host", "python", "state_dir", "environment", "read_write_paths",
-             "api_key", "settings", "watchdog_python")
+             "api_key", "admin_api_key", "settings", "watchdog_python")
     return dict({name: options.get(name) for name in names}, variant=options.get("name"),
                 baseline_variant=options.get("baseline"))
 

@@ -178,8 +178,9 @@ def check(params: dict) -> list[str]:
     secret = [x for x in params.get("extra_args", []) if isinstance(x, str) and secret_flag(x)]
     if secret:
         errors.append(f"extra_args must not carry a secret flag ({', '.join(sorted(set(secret_flag(x) for x in secret)))}): "
-                      "the unit file, the records and every user's ps would show its value; set the API key variable "
-                      "(it goes to a root-only --config file handed to the unit with LoadCredential=)")
+                      "the unit file, the records and every user's ps would show its value; set "
+                      "sglang_service_api_key or sglang_service_admin_api_key (each goes to the root-only --config "
+                      "file handed to the unit with LoadCredential=)")
     return errors
 
 

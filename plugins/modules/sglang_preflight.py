@@ -78,6 +78,11 @@ options:
       - The server's API key (checked as input; never returned). When set, the host must deliver the unit's
         credentials to a service (a transient C(systemd-run) service that reads one back).
     type: str
+  admin_api_key:
+    description:
+      - SGLang's admin API key (C(sglang_service_admin_api_key)), checked as O(api_key) is; the role hands it to
+        SGLang in the same root-only C(--config) file, never on the command line.
+    type: str
   model_path:
     description: The model directory on the host.
     type: str
@@ -265,7 +270,7 @@ def run(module: AnsibleModule) -> dict:
         step = "variant"
         variant = _preflight.variant(dict(
             p, python=settings["python"], tp_size=settings["tp_size"], gpu_devices=settings["gpu_devices"],
-            read_write_paths=list(p["read_write_paths"] or []), credentials=bool(p["api_key"])), module.run_command)
+            read_write_paths=list(p["read_write_paths"] or []), credentials=bool(p["api_key"] or p["admin_api_key"])), module.run_command)
         warnings += variant["memory_warnings"]
         step = "model"
         models = []
@@ -291,6 +296,7 @@ def main() -> None:
             state_dir=dict(type="str", required=True),
             settings=dict(type="dict", default={}),
             api_key=dict(type="str", no_log=True),
+            admin_api_key=dict(type="str", no_log=True),
             model_path=dict(type="str", required=True),
             draft_model_path=dict(type="str"),
             served_model_name=dict(type="str"),

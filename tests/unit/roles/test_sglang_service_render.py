@@ -57,7 +57,8 @@ def render(template: str, **overrides) -> str:
         sglang_service_state_dir="/var/lib/inferops-sglang", sglang_service_bind_host="127.0.0.1",
         sglang_service_port=30000, sglang_service_served_model_name="Qwen3.6-27B", sglang_service_user="sglang",
         sglang_service_group="sglang", sglang_service_python="/opt/sglang/venv/bin/python",
-        sglang_service_api_key="", sglang_service_read_write_paths=[], _sglang_service_gpus=[0, 2],
+        sglang_service_api_key="", sglang_service_admin_api_key="", sglang_service_read_write_paths=[],
+        _sglang_service_gpus=[0, 2],
         sglang_service_gpu_devices=[0, 2],
         _sglang_service_environment={"LD_LIBRARY_PATH": "/usr/local/cuda-13.0/lib64"},
         _sglang_service_render={"variant": "nextn", "params": {"description": "Production baseline"},
@@ -70,7 +71,7 @@ def render(template: str, **overrides) -> str:
     variables.setdefault("_sglang_service_gpu_nodes", _host_manifest.gpu_nodes(variables["_sglang_service_gpus"], {})[0])
     # the role's vars/main.yml as Ansible resolves them (the ones the templates use)
     for name in ("_sglang_service_base", "_sglang_service_config_file", "_sglang_service_credential",
-                 "_sglang_service_logging_file", "_sglang_service_logging"):
+                 "_sglang_service_logging_file", "_sglang_service_logging", "_sglang_service_config_used"):
         variables[name] = Templar(loader=loader, variables=variables).template(_trust(ROLE_VARS[name]))
     templar = Templar(loader=loader, variables=variables)
     text = trust_as_template((ROLE / "templates" / template).read_text())
@@ -429,3 +430,23 @@ def test_the_watchdog_files_rendered_by_lookup_are_what_the_template_module_writ
     assert "k3y" not in (out / "settings.template").read_text()
     assert "[Service]" in (out / "service.template").read_text()
     assert "[Timer]" in (out / "timer.template").read_text()
+
+
+def test_the_admin_key_goes_to_the_config_file_with_the_api_key_and_never_to_the_unit(merger, tmp_path):
+    """Issue 29: --admin-api-key in extra_args was refused (the unit, the records and ps would show it);
+    the admin key now has the API key's path: the root-only --config file, read by SGLang as its flag."""
+    for api_key, admin in (("", "admin-s3cret"), ("s3cret", "admin-s3cret")):
+        unit = render("sglang.service.j2", sglang_service_api_key=api_key, sglang_service_admin_api_key=admin)
+        assert "admin-s3cret" not in unit and "LoadCredential=sglang-qwen.yaml:/etc/sglang/sglang-qwen.yaml" in unit
+        assert "--config %d/sglang-qwen.yaml" in unit
+        config = render("sglang.config.yaml.j2", sglang_service_api_key=api_key, sglang_service_admin_api_key=admin)
+        path = tmp_path / "sglang-qwen.yaml"
+        path.write_text(config)
+        assert yaml.safe_load(config) == ({"admin-api-key": admin} | ({"api-key": api_key} if api_key else {}))
+        assert _credentials.api_key_from_config(str(path)) == (api_key or None)  # the gate's key, never the admin's
+    assert _inputs.check_api_key("-admin", "sglang_service_admin_api_key") == [
+        "sglang_service_admin_api_key must not begin with '-': SGLang passes it to argparse as --api-key VALUE, which "
+        "takes it for an option"]
+    plain = [(k, v) for _s, k, v in systemd_syntax.lines(render("sglang.service.j2"))]
+    assert not [k for k, _v in plain if k == "LoadCredential"] and not [v for k, v in plain if "--config" in v]
+    assert yaml.safe_load(render("sglang.config.yaml.j2")) == {}

@@ -215,6 +215,7 @@ def render_unit(host_result: dict) -> list[str]:
         _sglang_service_credential="sglang-qwen.yaml", _sglang_service_base="sglang-qwen",
         sglang_service_served_model_name="qwen", sglang_service_user="sglang", sglang_service_group="sglang",
         sglang_service_gpu_devices=settings["gpu_devices"], _sglang_service_environment={}, sglang_service_api_key="",
+        _sglang_service_config_used=False,
         # the preflight's fact: the GPU list the manifest read validated (tasks/preflight.yml)
         _sglang_service_gpus=settings["gpu_devices"],
         sglang_service_python=settings["python"], sglang_service_read_write_paths=[])
