@@ -160,8 +160,15 @@ def check_account(what: str, value: object) -> list[str]:
     return []
 
 
+# A variable whose name says it holds a secret (HF_TOKEN, AWS_SECRET_ACCESS_KEY, ...): the
+# unit file is world-readable (0644), and the server loads its model from the host's
+# staged directory, so a hub token has no use there either.
+SECRET_ENV_NAME = re.compile(r"(?:^|_)(?:TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY)(?:_|$)", re.IGNORECASE)
+
+
 def check_environment(environment: object) -> list[str]:
-    """The unit's environment: valid variable names, values free of control characters."""
+    """The unit's environment: valid variable names, values free of control characters, no
+    variable whose name says it holds a secret (the unit file is 0644)."""
     if environment is None:
         return []
     if not isinstance(environment, dict):
@@ -173,6 +180,12 @@ def check_environment(environment: object) -> list[str]:
             continue
         if isinstance(value, (dict, list)):
             errors.append(f"environment variable {name} must be a string or a number, got a {type(value).__name__}")
+            continue
+        if SECRET_ENV_NAME.search(name):
+            errors.append(f"environment variable {name} looks like a secret, and the unit file that would hold it is "
+                          "world-readable: the server loads its model from the host (sglang_service_model_path, staged "
+                          "by sglang_model) and needs no hub token; its keys go through sglang_service_api_key and "
+                          "sglang_service_admin_api_key")
             continue
         errors.extend(check_text(f"environment variable {name}", value))
     return errors

@@ -56,6 +56,20 @@ def test_control_characters_are_refused_wherever_they_reach_the_unit(char, where
     assert char not in errors[0]
 
 
+@pytest.mark.parametrize("name", ["HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "DB_PASSWORD",
+                                  "openai_api_key", "WANDB_API_KEY"])
+def test_a_secret_in_the_units_world_readable_environment_is_refused(name):
+    """Issue 29: HF_TOKEN landed in the 0644 unit file."""
+    errors = _inputs.check(good(environment={name: "hf_s3cret"}))
+    assert len(errors) == 1 and errors[0].startswith(f"environment variable {name} looks like a secret"), errors
+    assert "hf_s3cret" not in errors[0]
+
+
+@pytest.mark.parametrize("name", ["TOKENIZERS_PARALLELISM", "LD_LIBRARY_PATH", "NCCL_P2P_DISABLE", "SGLANG_KEYS_CACHE"])
+def test_plain_environment_names_pass(name):
+    assert _inputs.check(good(environment={name: "1"})) == []
+
+
 @pytest.mark.parametrize("value", ["python3", "bin/python3", ""])
 def test_the_watchdog_interpreter_root_runs_is_an_absolute_path(value):
     """Issue 29: it reached the watchdog's unit, run as root, unchecked."""
