@@ -297,8 +297,10 @@ def variant_of(argv: list[str], name: str = "shadow-balanced", version: str = "0
     return {"variant": name, "argv": argv, "sglang_version": version}
 
 
-def running(argv: list[str] | None = NEXTN, **more) -> dict:
-    before = {"active": argv is not None, "variant": "nextn", "argv": argv, "sglang_version": "0.5.11",
+def running(argv: list[str] | None = None, **more) -> dict:
+    """The service before a deploy: NEXTN running (``argv`` another command line; ``active=False``: none)."""
+    argv = list(argv or NEXTN)
+    before = {"active": True, "variant": "nextn", "argv": argv, "sglang_version": "0.5.11",
               "gpu_devices": [0, 2], "interrupted": False, "known_good": False, "known_good_variant": None,
               "known_good_argv": None}
     before.update(more)
@@ -330,10 +332,10 @@ def test_a_redeploy_of_the_running_service_argues_nothing_and_anything_else_argu
 
 def test_a_first_deploy_argues_the_baseline_and_a_saved_known_good_service_replaces_it():
     baseline = variant_of(NEXTN, "nextn")
-    first = running(None)
+    first = running(active=False, variant=None)
     assert labels(_deploy.argument_checks(first, variant_of(BALANCED), baseline, [0, 2])) == [
         "variant shadow-balanced", "rollback target nextn (baseline)"]
-    saved = running(None, known_good=True, known_good_variant="nextn", known_good_argv=NEXTN + ["--x"])
+    saved = running(active=False, variant=None, known_good=True, known_good_variant="nextn", known_good_argv=NEXTN + ["--x"])
     assert labels(_deploy.argument_checks(saved, variant_of(BALANCED), baseline, [0, 2])) == [
         "variant shadow-balanced", "rollback target nextn (known-good)"]
     # the same command line twice is argued once, under its first label
