@@ -96,6 +96,20 @@ def _discard(temp: str) -> None:
         pass
 
 
+def _fill(fd: int, data: bytes, mode: int, sync: bool) -> None:
+    """A new file's mode (fchmod: not subject to the umask) and all of ``data``, synced
+    (``sync``); the descriptor is closed whatever happens."""
+    try:
+        os.fchmod(fd, mode)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def write_temp(path: str, data: bytes | str, mode: int = 0o600, sync: bool = True) -> str:
     """A new temporary file beside ``path`` (same directory, so a rename onto ``path`` is one
     step) holding ``data`` (text is written as UTF-8) with ``mode``; returns its name.
@@ -112,15 +126,7 @@ def write_temp(path: str, data: bytes | str, mode: int = 0o600, sync: bool = Tru
     prefix = "." + os.path.basename(path)[:_TEMP_NAME_MAX] + "."
     fd, temp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=directory)
     try:
-        try:
-            os.fchmod(fd, mode)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            if sync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
+        _fill(fd, data, mode, sync)
     except BaseException:
         _discard(temp)
         raise
@@ -283,14 +289,7 @@ def replace_at(dir_fd: int, name: str, data: bytes | str, mode: int) -> bool:
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600,
                  dir_fd=dir_fd)
     try:
-        try:
-            os.fchmod(fd, mode)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _fill(fd, data, mode, True)
         os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
         try:

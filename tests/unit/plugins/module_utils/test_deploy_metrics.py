@@ -119,14 +119,20 @@ def another_users(path) -> None:
         os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
 
 
+def switched_once(tmp_path):
+    """A service's state directory whose history holds one switch to nextn."""
+    service_dir = tmp_path / "state"
+    service_dir.mkdir()
+    (service_dir / "history.jsonl").write_text(json.dumps(deploy("switched", "nextn", "2026-12-03T01:00:00Z")) + "\n")
+    return service_dir
+
+
 def test_refresh_never_writes_through_a_link_the_directorys_owner_planted(tmp_path):
     """Issue 29: node_exporter's user owns the textfile directory and its parent. A link it puts
     in place of the directory, or at the file's name, made root write (0644, the metrics text)
     wherever it pointed. Now the directory is opened without following a link another user could
     have planted, and the file is replaced by rename, never written through a link."""
-    service_dir = tmp_path / "state"
-    service_dir.mkdir()
-    (service_dir / "history.jsonl").write_text(json.dumps(deploy("switched", "nextn", "2026-12-03T01:00:00Z")) + "\n")
+    service_dir = switched_once(tmp_path)
     victim = tmp_path / "etc"
     victim.mkdir()
     secret = victim / "shadow"
@@ -161,9 +167,7 @@ def test_a_link_only_root_could_have_made_is_followed(tmp_path):
     is not."""
     if os.geteuid() != 0:
         pytest.skip("only root makes a directory that only root can change")
-    service_dir = tmp_path / "state"
-    service_dir.mkdir()
-    (service_dir / "history.jsonl").write_text(json.dumps(deploy("switched", "nextn", "2026-12-03T01:00:00Z")) + "\n")
+    service_dir = switched_once(tmp_path)
     real = tmp_path / "data"
     real.mkdir()
     roots = tmp_path / "roots"
