@@ -4,19 +4,18 @@
 """The controller side of inferops.sglang.sglang_inputs (documented with the module): the
 whole check, here. The deploy's input needs nothing of the host, and a module's options are
 logged in the host's journal and returned (shown at -vvv): ``settings`` may hold the rotation
-hooks' URLs and headers, the load balancer's credentials. So nothing is sent to the host."""
+hooks' URLs and headers, the load balancer's credentials. So nothing is sent to the host: the
+task's arguments are validated against the module's own options (``_inputs.ARGUMENT_SPEC``)
+as the module would validate them, then checked."""
 
 from __future__ import annotations
 
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _inputs
 
-# sglang_inputs' options (plugins/modules/sglang_inputs.py) and their defaults
-OPTIONS = {"service_name": None, "user": None, "group": None, "variant": None, "baseline_variant": None,
-           "variants": {}, "aliases": {}, "overrides": {}, "common": {}, "served_model_name": None, "model_path": None,
-           "draft_model_path": None, "bind_host": None, "python": None, "state_dir": None, "environment": None,
-           "read_write_paths": None, "api_key": None, "settings": {}}
+MODULE = "inferops.sglang.sglang_inputs"
 
 
 class ActionModule(ActionBase):
@@ -26,13 +25,14 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        args = dict(self._task.args)
-        unknown = sorted(set(args) - set(OPTIONS))
-        if unknown:
-            result.update(failed=True, changed=False, msg=f"Unsupported parameters for (inferops.sglang.sglang_inputs) "
-                                                          f"module: {', '.join(unknown)}")
+        validated = ArgumentSpecValidator(_inputs.ARGUMENT_SPEC).validate(dict(self._task.args))
+        if validated.error_messages:
+            problems = "; ".join(validated.error_messages)
+            if validated.unsupported_parameters:
+                problems = f"Unsupported parameters for ({MODULE}) module: {problems}"
+            result.update(failed=True, changed=False, msg=problems)
             return result
-        errors = _inputs.check(dict(OPTIONS, **args))
+        errors = _inputs.check(validated.validated_parameters)
         if errors:
             result.update(failed=True, changed=False, errors=errors, msg=_inputs.refusal(errors))
         else:

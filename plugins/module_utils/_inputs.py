@@ -392,6 +392,31 @@ def check_interval_fits(values: dict) -> list[str]:
     return errors
 
 
+# The sglang_inputs module's options: its module runs with them, and its action plugin, which
+# makes the whole check on the controller, validates a task's arguments against them.
+ARGUMENT_SPEC = dict(
+    service_name=dict(type="str"),
+    user=dict(type="str"),
+    group=dict(type="str"),
+    variant=dict(type="str"),
+    baseline_variant=dict(type="str"),
+    variants=dict(type="dict", default={}),
+    aliases=dict(type="dict", default={}),
+    overrides=dict(type="dict", default={}),
+    common=dict(type="dict", default={}),
+    served_model_name=dict(type="str"),
+    model_path=dict(type="str"),
+    draft_model_path=dict(type="str"),
+    bind_host=dict(type="str"),
+    python=dict(type="str"),
+    state_dir=dict(type="str"),
+    environment=dict(type="raw"),
+    read_write_paths=dict(type="raw"),
+    api_key=dict(type="str", no_log=True),
+    settings=dict(type="dict", default={}),
+)
+
+
 def refusal(errors: list[str]) -> str:
     """The message of a refused input: every problem, and that nothing changed."""
     return "bad input, nothing was changed: " + "; ".join(errors)

@@ -132,27 +132,7 @@ from ansible_collections.inferops.sglang.plugins.module_utils import _inputs
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec=dict(
-            service_name=dict(type="str"),
-            user=dict(type="str"),
-            group=dict(type="str"),
-            variant=dict(type="str"),
-            baseline_variant=dict(type="str"),
-            variants=dict(type="dict", default={}),
-            aliases=dict(type="dict", default={}),
-            overrides=dict(type="dict", default={}),
-            common=dict(type="dict", default={}),
-            served_model_name=dict(type="str"),
-            model_path=dict(type="str"),
-            draft_model_path=dict(type="str"),
-            bind_host=dict(type="str"),
-            python=dict(type="str"),
-            state_dir=dict(type="str"),
-            environment=dict(type="raw"),
-            read_write_paths=dict(type="raw"),
-            api_key=dict(type="str", no_log=True),
-            settings=dict(type="dict", default={}),
-        ),
+        argument_spec=_inputs.ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     errors = _inputs.check(module.params)

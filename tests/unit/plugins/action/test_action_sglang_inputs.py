@@ -11,6 +11,7 @@ import yaml
 from sim_helpers import REPO
 
 from ansible_collections.inferops.sglang.plugins.action import sglang_inputs as action_mod
+from ansible_collections.inferops.sglang.plugins.module_utils import _inputs
 from ansible_collections.inferops.sglang.plugins.modules import sglang_inputs as module_mod
 
 DEFAULTS = yaml.safe_load((REPO / "roles/sglang_service/defaults/main.yml").read_text())
@@ -46,7 +47,10 @@ def test_the_check_runs_on_the_controller_and_nothing_reaches_the_host():
     assert sent == [] and result["failed"] and "Unsupported parameters" in result["msg"] and "colour" in result["msg"]
 
 
-def test_the_plugins_options_are_the_modules():
-    """The plugin checks what the module documents: the same option names."""
+def test_the_plugin_validates_the_modules_own_options():
+    """The plugin and the module share one argument spec, the one the module documents, and
+    the plugin validates a task's arguments as the module did: a wrong type is refused."""
     documented = yaml.safe_load(module_mod.DOCUMENTATION)["options"]
-    assert set(action_mod.OPTIONS) == set(documented)
+    assert set(_inputs.ARGUMENT_SPEC) == set(documented)
+    result, sent = run(good(variants="not a table"))
+    assert sent == [] and result["failed"] and "argument 'variants' is of type str" in result["msg"], result
