@@ -29,7 +29,6 @@ import ctypes
 import errno
 import hashlib
 import http.client
-import ipaddress
 import json
 import os
 import re
@@ -41,8 +40,10 @@ import urllib.error
 from urllib.parse import quote, urlsplit, urlunsplit
 
 try:
+    from ansible_collections.inferops.sglang.plugins.module_utils import _prom_targets
     from ansible_collections.inferops.sglang.plugins.module_utils import _state_files as files
 except ImportError:  # loaded from the tree (tools/)
+    import _prom_targets  # type: ignore[no-redef]
     import _state_files as files  # type: ignore[no-redef]
 
 MANIFEST = "inferops-manifest.json"
@@ -237,7 +238,7 @@ class Source:
         if not self.http and not os.path.isabs(self.location):
             raise StageError(f"source {_shown(location)!r} is neither an http(s) URL nor an absolute path")
         self.shown = _shown(self.location)
-        if parts.scheme == "http" and not allow_http and not _loopback(parts.hostname or ""):
+        if parts.scheme == "http" and not allow_http and not _prom_targets.loopback(parts.hostname or ""):
             raise StageError(f"source {self.shown} is plain http: anyone on the way could choose the weights; use https, "
                              "or allow it (allow_http) for a mirror on a network you trust")
         self.validate_certs = validate_certs
@@ -371,15 +372,6 @@ def _shown(location: str) -> str:
     if parts.scheme not in ("http", "https") or "@" not in parts.netloc:
         return location
     return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 # -- the stage ---------------------------------------------------------------------------

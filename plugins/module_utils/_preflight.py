@@ -27,7 +27,6 @@ module and for its action plugin (which checks the input on the controller first
 from __future__ import annotations
 
 import grp
-import ipaddress
 import json
 import os
 import pwd
@@ -40,6 +39,7 @@ from ansible_collections.inferops.sglang.plugins.module_utils import _inputs
 from ansible_collections.inferops.sglang.plugins.module_utils import _memplan
 from ansible_collections.inferops.sglang.plugins.module_utils import _model_config
 from ansible_collections.inferops.sglang.plugins.module_utils import _model_stage as ms
+from ansible_collections.inferops.sglang.plugins.module_utils import _prom_targets
 from ansible_collections.inferops.sglang.plugins.module_utils import _variants as variants_mod
 
 
@@ -93,12 +93,7 @@ def account_problem(user: str, group: str, login_defs: str = LOGIN_DEFS) -> str 
 
 def exposure_warning(bind_host: str | None, api_key: str | None) -> str | None:
     """A server that listens beyond loopback without an API key serves anyone who can reach it."""
-    host = (bind_host or "127.0.0.1").strip("[]")
-    try:
-        loopback = ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = host == "localhost"
-    if loopback or api_key:
+    if _prom_targets.loopback(bind_host or "127.0.0.1") or api_key:
         return None
     return (f"the server listens on {bind_host} without an API key: anyone who can reach its port can generate, "
             "and read /server_info; set sglang_service_api_key, or bind it to 127.0.0.1 behind a proxy")

@@ -26,7 +26,10 @@ class TargetError(ValueError):
     """An entry the targets cannot be made from."""
 
 
-def _loopback(address: str) -> bool:
+def loopback(address: str) -> bool:
+    """Whether a host name or address (IPv6 bracketed or not) is this host's loopback; the
+    collection's one rule for it (the targets, the preflight's exposure warning, the model
+    stager's plain-http rule)."""
     if address.lower() in LOOPBACK_NAMES:
         return True
     try:
@@ -74,7 +77,7 @@ def file_sd(entries: list, prometheus_host: str, node_exporter_port: int = 9100)
         bind = str(entry.get("bind_host") if entry.get("bind_host") is not None else "127.0.0.1")
         if bind in WILDCARD:
             target = _join("127.0.0.1" if local else address, port)
-        elif _loopback(bind):
+        elif loopback(bind):
             if not local:
                 skipped.append(f"{host}: {service} listens on {bind} only (sglang_service_bind_host), which a "
                                f"Prometheus on {prometheus_host} cannot reach")
