@@ -155,8 +155,9 @@ def file_name(service: str) -> str:
 
 def refresh(service_dir: str, service: str, directory: str) -> bool:
     """Rewrite the service's textfile in ``directory`` from its records (0644: node_exporter
-    runs as its own user). Returns whether it changed. A missing ``directory`` is made. The directory is usually node_exporter's user's (Debian's package gives
-    it /var/lib/prometheus/node-exporter and its parent): it is opened without following a link
+    runs as its own user). Returns whether it changed. A missing ``directory`` is made. The
+    directory is usually node_exporter's user's (Debian's package gives it
+    /var/lib/prometheus/node-exporter and its parent): it is opened without following a link
     that user could plant, and written relative to that (_state_files.open_directory)."""
     text = textfile(service, files.read_jsonl(os.path.join(service_dir, "history.jsonl")),
                     files.read_jsonl(os.path.join(service_dir, "watchdog", "history.jsonl")))

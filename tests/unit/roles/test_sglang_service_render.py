@@ -270,10 +270,11 @@ def _real_merger():
 
 def _parse_like_sglang(merger, config: str) -> argparse.Namespace:
     """prepare_server_args (0.5.11 srt/server_args.py:7276-7288): the merger, then argparse;
-    --api-key as ServerArgs.add_cli_args declares it (:5019-5024)."""
+    --api-key and --admin-api-key as ServerArgs.add_cli_args declares them (:5019-5033)."""
     parser = argparse.ArgumentParser(prog="sglang serve", exit_on_error=False)
     parser.add_argument("--model-path", type=str)
     parser.add_argument("--api-key", type=str, default=None)
+    parser.add_argument("--admin-api-key", type=str, default=None)
     argv = merger(parser).merge_config_with_args(["--model-path", "/m", "--config", config])
     return parser.parse_args(argv)
 
@@ -443,6 +444,9 @@ def test_the_admin_key_goes_to_the_config_file_with_the_api_key_and_never_to_the
         path = tmp_path / "sglang-qwen.yaml"
         path.write_text(config)
         assert yaml.safe_load(config) == ({"admin-api-key": admin} | ({"api-key": api_key} if api_key else {}))
+        # real 0.5.11's merger turns each key into its flag (srt/server_args_config_parser.py:172-184)
+        parsed = _parse_like_sglang(merger, str(path))
+        assert (parsed.admin_api_key, parsed.api_key) == (admin, api_key or None)
         assert _credentials.api_key_from_config(str(path)) == (api_key or None)  # the gate's key, never the admin's
     assert _inputs.check_api_key("-admin", "sglang_service_admin_api_key") == [
         "sglang_service_admin_api_key must not begin with '-': SGLang passes it to argparse as --api-key VALUE, which "
