@@ -10,8 +10,8 @@ short_description: The command lines the host's SGLang argues before a switch
 version_added: 0.9.0
 description:
   - >-
-    From the service's state before a deploy (C(sglang_deploy_state) V(inspect)), the variant and the baseline as
-    C(sglang_preflight) resolved them and the validated GPU list: the command lines to give
+    From the service's state before a deploy (M(inferops.sglang.sglang_deploy_lock)'s
+    RV(inferops.sglang.sglang_deploy_lock#module:before)), the variant and the baseline as C(sglang_preflight) resolved them and the validated GPU list: the command lines to give
     M(inferops.sglang.sglang_server_args), each once, labelled (C(label), C(argv)). The variant's, then the rollback
     target's: the running service's, the saved known-good one's, or on a host's first deploy the baseline's.
   - >-
@@ -22,7 +22,7 @@ author:
   - inferops.sglang contributors (@inferops)
 options:
   _input:
-    description: The service before the deploy (C(sglang_deploy_state) V(inspect)'s C(before)).
+    description: The service before the deploy (M(inferops.sglang.sglang_deploy_lock)'s RV(inferops.sglang.sglang_deploy_lock#module:before)).
     type: dict
     required: true
   variant:

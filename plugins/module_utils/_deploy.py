@@ -100,7 +100,7 @@ def argument_checks(before: dict, variant: dict, baseline: dict | None, gpus: li
     """The command lines the host's own SGLang argues before a switch (sglang_server_args), each
     once, in this order, with the first label it has: the variant's, then the rollback target's
     (the service running now, the known-good one an earlier deploy saved, or on a host's first
-    deploy the baseline variant). ``before``: sglang_deploy_state's inspect; ``variant`` and
+    deploy the baseline variant). ``before``: what sglang_deploy_lock's inspect returns; ``variant`` and
     ``baseline``: the preflight's resolution; ``gpus``: the validated GPU list.
 
     A command line the active service runs under the SGLang installed now is not argued: that

@@ -61,6 +61,10 @@ ARGUMENT_SPEC = dict(
     take_over_run_id=dict(type="str"),
     timeout=dict(type="int", default=600),
     poll=dict(type="float", default=2.0),
+    inspect=dict(type="dict", options=dict(
+        service_dir=dict(type="path", required=True),
+        files=dict(type="list", elements="dict", default=[]),
+    )),
 )
 
 

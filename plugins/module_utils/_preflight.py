@@ -53,6 +53,10 @@ def input_values(options: dict) -> dict:
 
 
 LOGIN_DEFS = "/etc/login.defs"
+# The service account the role makes: a system account without a login, its home where
+# it has nothing (the server's state is root's, under the service's state directory).
+ACCOUNT_HOME = "/var/lib/sglang"
+ACCOUNT_SHELL = "/usr/sbin/nologin"
 
 
 def uid_min(path: str = LOGIN_DEFS) -> int:
@@ -81,7 +85,7 @@ def account_problem(user: str, group: str, login_defs: str = LOGIN_DEFS) -> str 
         return f"sglang_service_user {user} is root (UID 0): the server would run with every file of root's"
     if entry is not None and entry.pw_uid >= uid_min(login_defs):
         return (f"sglang_service_user {user} is a login account here (UID {entry.pw_uid}): the role would set its shell "
-                f"to nologin and its home to /var/lib/sglang; name an account for the service alone")
+                f"to nologin and its home to {ACCOUNT_HOME}; name an account for the service alone")
     try:
         gid = grp.getgrnam(group).gr_gid
     except KeyError:
@@ -89,6 +93,36 @@ def account_problem(user: str, group: str, login_defs: str = LOGIN_DEFS) -> str 
     if gid == 0:
         return f"sglang_service_group {group} is root's group (GID 0): the server would read every file of that group"
     return None
+
+
+def ensure_account(user: str, group: str, run_command, check_mode: bool = False,
+                   getpwnam=pwd.getpwnam, getgrnam=grp.getgrnam) -> list[str]:
+    """The service's group and account as system ones: made when missing (groupadd, useradd:
+    no home directory made), mended when the account's primary group, shell or home differ
+    (usermod). What account_problem refuses never reaches here. Returns what was done (or would
+    be, in check mode); raises OSError with the command's words when one fails."""
+    done = []
+    try:
+        gid = getgrnam(group).gr_gid
+    except KeyError:
+        gid = None
+    if gid is None:
+        done.append(["groupadd", "--system", group])
+    try:
+        entry = getpwnam(user)
+    except KeyError:
+        entry = None
+    if entry is None:
+        done.append(["useradd", "--system", "--gid", group, "--shell", ACCOUNT_SHELL, "--home-dir", ACCOUNT_HOME,
+                     "--no-create-home", user])
+    elif (entry.pw_gid, entry.pw_shell, entry.pw_dir) != (gid, ACCOUNT_SHELL, ACCOUNT_HOME):
+        done.append(["usermod", "--gid", group, "--shell", ACCOUNT_SHELL, "--home", ACCOUNT_HOME, user])
+    if not check_mode:
+        for argv in done:
+            rc, out, err = run_command(argv)
+            if rc != 0:
+                raise OSError(f"{' '.join(argv)} failed (exit {rc}): {(err or out).strip()[-500:]}")
+    return [" ".join(argv) for argv in done]
 
 
 def exposure_warning(bind_host: str | None, api_key: str | None) -> str | None:

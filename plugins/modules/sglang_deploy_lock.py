@@ -92,6 +92,21 @@ options:
     description: With O(state=acquired), seconds between two tries while waiting. Handled on the controller.
     type: float
     default: 2.0
+  inspect:
+    description:
+      - With O(state=acquired), read the service O(service) once the lock is this run's (in check mode, whether or
+        not a real run would get it), in the same call, and return it as RV(before). Read-only.
+    type: dict
+    suboptions:
+      service_dir:
+        description: The service's state directory (C(current.json), C(switch.json), C(known-good/)).
+        type: path
+        required: true
+      files:
+        description: The files that make the service (C(name), C(src), C(mode)), the unit first.
+        type: list
+        elements: dict
+        default: []
 notes:
   - 'Besides O(path), the module keeps C(<path>.guard) (an empty file, mode 0600) for the C(flock) that serializes
     changes of an existing lock; it can stay.'
@@ -101,12 +116,16 @@ seealso:
 """
 
 EXAMPLES = r"""
-- name: Take the deploy lock (wait up to 10 minutes for another deploy)
+- name: Take the deploy lock (wait up to 10 minutes for another deploy) and read the service's state
   inferops.sglang.sglang_deploy_lock:
     path: /var/lib/inferops-sglang/sglang-qwen/deploy.lock
     service: sglang-qwen.service
     variant: shadow-balanced
     timeout: 600
+    inspect:
+      service_dir: /var/lib/inferops-sglang/sglang-qwen
+      files:
+        - {name: sglang-qwen.service, src: /etc/systemd/system/sglang-qwen.service, mode: "0644"}
   register: __sglang_service_lock
 
 - name: Renew it before a long step
@@ -193,6 +212,17 @@ waited:
   description: Seconds the task waited for the lock.
   returned: always
   type: float
+before:
+  description:
+    - With O(inspect), the service before the deploy, as the switch's first state reads it again - C(active), C(loaded),
+      C(variant) (recorded as running, or null), C(interrupted), C(argv) and C(url) (its recorded flags and the URL they
+      give, or null), C(api_key_file) (the installed --config file, or null), C(marker) (the interrupted switch's
+      marker), C(known_good) (a known-good unit is saved), C(known_good_variant), C(known_good_argv), C(sglang_version)
+      and C(gpu_devices) (as recorded), C(gate_timeout) and C(known_good_gate_timeout) (the running and the saved
+      service's own gate timeouts, or null).
+    - Null when the lock is another run's.
+  returned: with O(inspect) and O(state=acquired)
+  type: dict
 lost:
   description: With O(state=renewed) or O(state=released), true when the lock is no longer this run's (RV(holder) says whose it is).
   returned: always
@@ -202,6 +232,7 @@ lost:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _deploy_lock as lock
+from ansible_collections.inferops.sglang.plugins.module_utils import _switch
 
 
 def lost_message(path: str, service: str | None, current: dict | None) -> str:
@@ -212,13 +243,18 @@ def lost_message(path: str, service: str | None, current: dict | None) -> str:
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec=lock.ARGUMENT_SPEC, supports_check_mode=True)
+    module = AnsibleModule(argument_spec=lock.ARGUMENT_SPEC, supports_check_mode=True,
+                           required_by={"inspect": ["service"]})
     p = module.params
     check = module.check_mode
     if not p["run_id"]:
         module.fail_json(msg="run_id is required (the sglang_deploy_lock action plugin sets it)")
     if p["lease"] <= 0:
         module.fail_json(msg=f"lease must be a positive number of seconds, got {p['lease']}")
+    for item in (p["inspect"] or {}).get("files") or []:
+        missing = [k for k in ("name", "src", "mode") if not item.get(k)]
+        if missing:
+            module.fail_json(msg=f"each of inspect.files needs name, src and mode; {item!r} lacks {', '.join(missing)}")
     result = dict(changed=False, acquired=False, run_id=p["run_id"], holder=None, previous=None, taken_over=False,
                   waited=0.0, lost=False)
     try:
@@ -239,6 +275,13 @@ def main() -> None:
             elif check and current is not None and current["run_id"] != p["run_id"]:
                 module.warn(f"{current.get('service') or p['service']} is being deployed by {lock.describe(current)} "
                             f"(run {current['run_id']}, lock {p['path']}); a real run would wait for it")
+            if p["inspect"]:
+                # read under the lock: what this run found is what no other deploy can change before its switch
+                result["before"] = None
+                if outcome["acquired"] or check:
+                    inspect = p["inspect"]
+                    result["before"] = _switch.inspect(_switch.SystemHost(p["service"], module.run_command), p["service"],
+                                                       inspect["service_dir"], inspect["files"])
         else:
             if p["state"] == "renewed":
                 outcome = lock.renew(p["path"], p["run_id"], p["lease"], check_mode=check)
@@ -252,7 +295,7 @@ def main() -> None:
                 if p["state"] == "renewed":
                     module.fail_json(msg=message + "; this deploy no longer holds the host and must stop", **result)
                 module.warn(message + "; it was left alone")
-    except lock.LockError as exc:
+    except (lock.LockError, _switch.HostError) as exc:
         module.fail_json(msg=str(exc), **result)
     module.exit_json(**result)
 

@@ -7,18 +7,19 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: sglang_deploy_state
-short_description: Read a host's SGLang service before a deploy, stage the run's files, add the rotation hook's result to its record
+short_description: Stage a deploy's files, add the rotation hook's result to its record
 version_added: 0.3.0
 description:
-  - The three things the sglang_service role does to the service's state outside the switch itself
-    (M(inferops.sglang.sglang_switch), which runs the switch as one state machine).
-  - O(step=inspect) reads the service's state before a deploy (active, loaded, the variant recorded as running, an
-    interrupted switch's marker, a saved known-good service), as the switch's first state reads it. Read-only.
+  - The two things the sglang_service role does to the service's state outside the switch itself
+    (M(inferops.sglang.sglang_switch), which runs the switch as one state machine). The service's state before a
+    deploy is read under the deploy lock (M(inferops.sglang.sglang_deploy_lock)'s O(inferops.sglang.sglang_deploy_lock#module:inspect)).
   - O(step=amend) adds the rotation hooks' results (O(rotation)) to this run's O(record). The in hook runs on the
     controller after the switch's job has recorded the switch, so its line in C(history.jsonl) (the last with the
     record's run id) is rewritten with them in one step, and the summary is made again. A record whose host is
     unchanged has no line and is only returned.
-  - O(step=stage) makes the configuration and state directories (O(directories), root's, created or mended), this
+  - O(step=stage) makes the service's group and account (O(account)) when missing, system ones without a login (mends
+    the account's primary group, shell C(/usr/sbin/nologin) and home C(/var/lib/sglang) when they differ), the
+    configuration and state directories (O(directories), root's, created or mended), this
     run's staging directory O(staging), and writes the rendered files (O(files) and O(contents); the controller
     renders them, this module never templates) into it, root only (C(0600)); with O(baseline_contents), the same
     files of the baseline variant into C(O(staging)/baseline), for a first deploy's rollback. Each staged unit (the
@@ -39,18 +40,13 @@ options:
     description: What to do.
     type: str
     required: true
-    choices: [inspect, amend, stage]
+    choices: [amend, stage]
   service_dir:
-    description: The service's state directory (C(current.json), C(switch.json), C(known-good/), C(history.jsonl)).
+    description: The service's state directory (C(current.json), C(known-good/), C(history.jsonl)).
     type: path
     required: true
-  unit:
-    description: The systemd unit (O(step=inspect)).
-    type: str
   files:
-    description:
-      - The files that make the service (name, src, mode), the unit first (O(step=inspect)); with O(step=stage),
-        those rendered (in the order of O(contents)).
+    description: O(step=stage). The files rendered (name, src, mode), the unit first, in the order of O(contents).
     type: list
     elements: dict
     default: []
@@ -61,6 +57,20 @@ options:
     type: list
     elements: dict
     default: []
+  account:
+    description:
+      - O(step=stage). The service's account, C(user) and C(group). The preflight
+        (M(inferops.sglang.sglang_preflight)) refuses root's and a login account before this.
+    type: dict
+    suboptions:
+      user:
+        description: The account the server runs as.
+        type: str
+        required: true
+      group:
+        description: Its primary group.
+        type: str
+        required: true
   staging:
     description: O(step=stage). This run's staging directory (C(0700)); its parent must be in O(directories).
     type: path
@@ -97,26 +107,9 @@ EXAMPLES = r"""
       - {name: sglang-qwen.service, src: /etc/systemd/system/sglang-qwen.service, mode: "0644"}
     contents:
       - "{{ lookup('ansible.builtin.template', 'sglang.service.j2') }}"
-
-- name: Read the service's state
-  inferops.sglang.sglang_deploy_state:
-    step: inspect
-    service_dir: /var/lib/inferops-sglang/sglang-qwen
-    unit: sglang-qwen.service
-    files:
-      - {name: sglang-qwen.service, src: /etc/systemd/system/sglang-qwen.service, mode: "0644"}
-  register: before
 """
 
 RETURN = r"""
-before:
-  description: O(step=inspect). C(active), C(loaded), C(variant) (recorded as running, or null), C(interrupted),
-    C(argv) and C(url) (its recorded flags and the URL they give, or null), C(api_key_file) (the installed --config file, or null),
-    C(marker) (the interrupted switch's marker), C(known_good) (a known-good unit is saved), C(known_good_variant), C(known_good_argv),
-    C(sglang_version) and C(gpu_devices) (as recorded), C(gate_timeout) and C(known_good_gate_timeout) (the running and the
-    saved service's own gate timeouts, or null).
-  returned: step is inspect
-  type: dict
 record:
   description: O(step=amend). The record with the rotation hooks' results.
   returned: step is amend
@@ -135,6 +128,11 @@ differ:
   returned: step is stage
   type: list
   elements: str
+account_changed:
+  description: O(step=stage). The commands that made or mended the service's account (or would, in check mode).
+  returned: step is stage
+  type: list
+  elements: str
 directories_changed:
   description: O(step=stage). The directories created or mended (or that would be, in check mode).
   returned: step is stage
@@ -147,6 +145,7 @@ import re
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.inferops.sglang.plugins.module_utils import _preflight
 from ansible_collections.inferops.sglang.plugins.module_utils import _state_files
 from ansible_collections.inferops.sglang.plugins.module_utils import _switch
 
@@ -156,8 +155,8 @@ BASELINE = "baseline"
 
 
 def stage(params: dict, run_command, check: bool) -> dict:
-    """O(step=stage): the directories, this run's staging directory and its files, each staged
-    unit verified by systemd. Raises _switch.HostError with what failed."""
+    """O(step=stage): the service's account, the directories, this run's staging directory and its
+    files, each staged unit verified by systemd. Raises _switch.HostError with what failed."""
     files, contents = params["files"], params["contents"]
     baseline = params["baseline_contents"]
     for name, given in (("contents", contents), ("baseline_contents", baseline)):
@@ -165,6 +164,11 @@ def stage(params: dict, run_command, check: bool) -> dict:
             raise _switch.HostError(f"{name} has {len(given)} texts for {len(files)} files")
     differ = [f["name"] for f, text in zip(files, contents)
               if _state_files.differs(f["src"], text, _switch.file_mode(f["mode"]))]
+    account = params["account"]
+    try:
+        changed_account = _preflight.ensure_account(account["user"], account["group"], run_command, check) if account else []
+    except OSError as exc:
+        raise _switch.HostError(f"cannot make the service's account: {exc}") from exc
     changed_dirs = []
     for item in params["directories"]:
         try:
@@ -173,7 +177,8 @@ def stage(params: dict, run_command, check: bool) -> dict:
         except OSError as exc:
             raise _switch.HostError(f"cannot make the directory {item['path']}: {exc}") from exc
     if check:
-        return {"changed": bool(differ or changed_dirs), "differ": differ, "staged": [], "directories_changed": changed_dirs}
+        return {"changed": bool(differ or changed_dirs or changed_account), "differ": differ, "staged": [],
+                "account_changed": changed_account, "directories_changed": changed_dirs}
     staged = []
     for directory, texts in ((params["staging"], contents), (os.path.join(params["staging"], BASELINE), baseline)):
         if texts is None:
@@ -192,24 +197,26 @@ def stage(params: dict, run_command, check: bool) -> dict:
             if rc != 0:
                 raise _switch.HostError(f"systemd refuses the staged unit {unit} (systemd-analyze verify, exit {rc}): "
                                         f"{(err or out).strip()[-2000:]}")
-    return {"changed": bool(changed_dirs), "differ": differ, "staged": staged, "directories_changed": changed_dirs}
+    return {"changed": bool(changed_dirs or changed_account), "differ": differ, "staged": staged,
+            "account_changed": changed_account, "directories_changed": changed_dirs}
 
 
 def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
-            step=dict(type="str", required=True, choices=["inspect", "amend", "stage"]),
+            step=dict(type="str", required=True, choices=["amend", "stage"]),
             service_dir=dict(type="path", required=True),
-            unit=dict(type="str"),
             files=dict(type="list", elements="dict", default=[]),
             record=dict(type="dict"),
             rotation=dict(type="dict"),
             directories=dict(type="list", elements="dict", default=[]),
+            account=dict(type="dict", options=dict(user=dict(type="str", required=True),
+                                                   group=dict(type="str", required=True))),
             staging=dict(type="path"),
             contents=dict(type="list", elements="str", default=[], no_log=True),
             baseline_contents=dict(type="list", elements="str", no_log=True),
         ),
-        required_if=[("step", "inspect", ["unit"]), ("step", "amend", ["record"]), ("step", "stage", ["staging"])],
+        required_if=[("step", "amend", ["record"]), ("step", "stage", ["staging"])],
         supports_check_mode=True,
     )
     p = module.params
@@ -220,12 +227,10 @@ def main() -> None:
     for item in p["directories"]:
         if not item.get("path") or not (isinstance(item.get("mode"), int) or re.fullmatch(r"0?[0-7]{3,4}", str(item.get("mode")))):
             module.fail_json(msg=f"each of directories needs path and an octal mode; got {item!r}")
-    host = _switch.SystemHost(p["unit"] or "", module.run_command)
+    host = _switch.SystemHost("", module.run_command)
     try:
         if p["step"] == "stage":
             module.exit_json(**stage(p, module.run_command, module.check_mode))
-        if p["step"] == "inspect":
-            module.exit_json(changed=False, before=_switch.inspect(host, p["unit"], p["service_dir"], p["files"]))
         if module.check_mode:
             module.exit_json(changed=False, record=p["record"], summary="")
         record, summary, written = _switch.amend_rotation(host, p["service_dir"], p["record"], p["rotation"] or {})

@@ -175,7 +175,7 @@ options:
   restore_gate_timeout:
     description:
       - The longest gate timeout a restore may use besides the baseline's (the running and the saved known-good
-        service's, as M(inferops.sglang.sglang_deploy_state) inspected them). Only the action plugin reads it, for the
+        service's, as M(inferops.sglang.sglang_deploy_lock) inspected them). Only the action plugin reads it, for the
         job's time limit; the restore itself gates with the restore plan's.
     type: float
   progress_file:

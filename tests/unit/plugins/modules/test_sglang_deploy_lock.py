@@ -135,3 +135,119 @@ def test_bad_input_and_a_file_that_is_not_a_lock_fail(capsys, tmp_path):
     path.write_text("not a lock")
     rc, result = run(capsys, path)
     assert rc == 1 and "is not a deploy lock" in result["msg"] and path.read_text() == "not a lock"
+
+
+# -- inspect: the service read under the lock, in the same call ---------------------------------------------------------
+
+UNIT = "u.service"
+ARGV = ["--model-path", "/srv/models/Qwen3.6-27B", "--host", "0.0.0.0", "--port", "30001", "--tp-size", "2"]
+
+
+def service_layout(tmp_path):
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    state = tmp_path / "state"
+    (state / "known-good").mkdir(parents=True)
+    files = [
+        {"name": UNIT, "src": str(etc / UNIT), "mode": "0644", "template": "sglang.service.j2"},
+        {"name": "u.yaml", "src": str(etc / "u.yaml"), "mode": "0600", "template": "sglang.config.yaml.j2"},
+        {"name": "current.json", "src": str(state / "current.json"), "mode": "0600", "template": None},
+    ]
+    return state, files
+
+
+class Systemctl:
+    """module.run_command's stand-in: answers ``systemctl show`` and keeps every argv."""
+
+    def __init__(self, rc: int = 0, out: str = "ActiveState=active\nLoadState=loaded\n") -> None:
+        self.rc, self.out, self.argvs = rc, out, []
+
+    def install(self, monkeypatch) -> Systemctl:
+        def run_command(_module, args, **_kwargs):
+            self.argvs.append(list(args))
+            return self.rc, self.out, ""
+        monkeypatch.setattr(sglang_deploy_lock.AnsibleModule, "run_command", run_command)
+        return self
+
+
+def tree(directory) -> dict[str, bytes]:
+    found = {}
+    for root, _dirs, names in os.walk(directory):
+        for name in names:
+            path = os.path.join(root, name)
+            with open(path, "rb") as handle:
+                found[os.path.relpath(path, directory)] = handle.read()
+    return found
+
+
+def test_the_lock_reads_the_unit_the_record_the_marker_and_the_known_good(tmp_path, capsys, monkeypatch):
+    state, files = service_layout(tmp_path)
+    (state / "current.json").write_text(json.dumps({"variant": "nextn", "argv": ARGV, "sglang_version": "0.5.11",
+                                                    "gpu_devices": [0, 1], "params": {"gate_timeout": 600}}))
+    (state / "switch.json").write_text(json.dumps({"variant": "shadow", "run_id": "dead", "state": "gate"}))
+    (state / "known-good" / UNIT).write_text("unit")
+    (state / "known-good/current.json").write_text(json.dumps({"variant": "plain", "argv": ["--port", "30000"],
+                                                               "params": {"gate_timeout": 1200}}))
+    with open(files[1]["src"], "w", encoding="utf-8") as handle:
+        handle.write('api-key: "k"\n')
+    files_before = tree(tmp_path)
+    systemctl = Systemctl().install(monkeypatch)
+    lock_path = tmp_path / "lock" / "deploy.lock"
+    rc, result = run(capsys, lock_path, service=UNIT, inspect={"service_dir": str(state), "files": files})
+    assert rc == 0 and result["acquired"], result
+    assert result["before"] == {
+        "active": True, "loaded": True, "variant": "nextn", "argv": ARGV, "url": "http://127.0.0.1:30001",
+        "api_key_file": files[1]["src"], "interrupted": True,
+        "marker": {"variant": "shadow", "run_id": "dead", "state": "gate"},
+        "known_good": True, "known_good_variant": "plain", "known_good_argv": ["--port", "30000"],
+        "sglang_version": "0.5.11", "gpu_devices": [0, 1], "gate_timeout": 600, "known_good_gate_timeout": 1200}
+    assert systemctl.argvs == [["systemctl", "show", "-p", "ActiveState,LoadState", "--", UNIT]]
+    # the service's files are only read; the lock is the one file written
+    assert {k: v for k, v in tree(tmp_path).items() if not k.startswith("lock/")} == files_before
+
+
+@pytest.mark.parametrize("rc,out", [
+    (0, "ActiveState=inactive\nLoadState=not-found\n"),
+    (0, "ActiveState=activating\nLoadState=loaded\n"),  # starting is not active
+    (1, "ActiveState=active\nLoadState=loaded\n"),      # systemctl failed: nothing is known to run
+])
+def test_the_lock_reads_a_host_without_a_running_managed_service(tmp_path, capsys, monkeypatch, rc, out):
+    state, files = service_layout(tmp_path)
+    # a known-good record without its unit is no known-good service; a damaged current.json records nothing
+    (state / "known-good/current.json").write_text(json.dumps({"variant": "plain", "params": {"gate_timeout": 1200}}))
+    (state / "current.json").write_text('{"variant": "nex')
+    Systemctl(rc, out).install(monkeypatch)
+    code, result = run(capsys, tmp_path / "deploy.lock", service=UNIT, inspect={"service_dir": str(state), "files": files})
+    before = result["before"]
+    assert code == 0
+    assert before["active"] is False and before["loaded"] is (rc == 0 and "LoadState=loaded" in out)
+    assert before["variant"] is None and before["argv"] is None and before["url"] is None
+    assert before["interrupted"] is False and before["marker"] is None
+    assert before["known_good"] is False and before["known_good_variant"] is None
+    assert before["gate_timeout"] is None and before["known_good_gate_timeout"] is None
+    assert before["api_key_file"] is None  # the --config file is not installed
+
+
+def test_the_lock_of_another_run_reads_nothing_but_check_mode_does(tmp_path, capsys, monkeypatch):
+    state, files = service_layout(tmp_path)
+    systemctl = Systemctl().install(monkeypatch)
+    path = tmp_path / "deploy.lock"
+    inspect = {"service_dir": str(state), "files": files}
+    run(capsys, path, run_id=B)
+    code, result = run(capsys, path, service=UNIT, inspect=inspect)
+    assert code == 0 and not result["acquired"] and result["before"] is None and systemctl.argvs == []
+    # check mode: what a run would find, whoever holds the lock now
+    code, result = run(capsys, path, check_mode=True, service=UNIT, inspect=inspect)
+    assert code == 0 and not result["acquired"] and result["before"]["active"] is True
+    assert len(systemctl.argvs) == 1
+
+
+def test_inspect_needs_each_file_whole_and_changes_nothing_when_refused(tmp_path, capsys, monkeypatch):
+    state, files = service_layout(tmp_path)
+    systemctl = Systemctl().install(monkeypatch)
+    path = tmp_path / "deploy.lock"
+    code, result = run(capsys, path, service=UNIT,
+                       inspect={"service_dir": str(state), "files": [{"name": UNIT, "src": files[0]["src"]}]})
+    assert code == 1 and result["msg"].startswith("each of inspect.files needs name, src and mode;")
+    assert result["msg"].endswith("lacks mode")
+    assert systemctl.argvs == [] and not path.exists()

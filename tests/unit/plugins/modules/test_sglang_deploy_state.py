@@ -1,7 +1,6 @@
-"""sglang_deploy_state: its three steps on a real state directory, systemctl stubbed.
+"""sglang_deploy_state: its two steps on a real state directory, systemctl stubbed.
 
-step=inspect reads the service before a deploy (the unit through run_command, current.json,
-the marker, known-good/); step=amend rewrites this run's line in history.jsonl with the rotation
+step=amend rewrites this run's line in history.jsonl with the rotation
 hooks' results; step=stage makes the directories and writes this run's renderings into its
 staging directory, each staged unit verified (systemd-analyze through run_command). The switch itself (sglang_switch, _switch) is tested in
 tests/unit/plugins/module_utils/test_switch.py."""
@@ -19,7 +18,6 @@ from ansible_collections.inferops.sglang.plugins.module_utils import _deploy
 from ansible_collections.inferops.sglang.plugins.modules import sglang_deploy_state
 
 UNIT = "u.service"
-ARGV = ["--model-path", "/srv/models/Qwen3.6-27B", "--host", "0.0.0.0", "--port", "30001", "--tp-size", "2"]
 OUT_OK = {"ok": True, "msg": "HTTP 204"}
 IN_OK = {"ok": True, "msg": "HTTP 204"}
 IN_FAILED = {"ok": False, "msg": "HTTP 503 (expected 200): Service Unavailable"}
@@ -62,75 +60,6 @@ def fixture_systemctl(monkeypatch):
 def run(capsys, check_mode: bool = False, **args):
     code, result = run_module(sglang_deploy_state.main, capsys, args, check_mode=check_mode)[:2]
     return code, result
-
-
-def tree(directory) -> dict[str, bytes]:
-    """Every file under a directory, with its bytes."""
-    found = {}
-    for root, _dirs, names in os.walk(directory):
-        for name in names:
-            path = os.path.join(root, name)
-            with open(path, "rb") as handle:
-                found[os.path.relpath(path, directory)] = handle.read()
-    return found
-
-
-# -- inspect -----------------------------------------------------------------------------------------------------------
-
-def test_inspect_reads_the_unit_the_record_the_marker_and_the_known_good(tmp_path, capsys, systemctl):
-    state, files = layout(tmp_path)
-    (state / "current.json").write_text(json.dumps({"variant": "nextn", "argv": ARGV, "sglang_version": "0.5.11",
-                                                    "gpu_devices": [0, 1], "params": {"gate_timeout": 600}}))
-    (state / "switch.json").write_text(json.dumps({"variant": "shadow", "run_id": "dead", "state": "gate"}))
-    (state / "known-good" / UNIT).write_text("unit")
-    (state / "known-good/current.json").write_text(json.dumps({"variant": "plain", "argv": ["--port", "30000"],
-                                                               "params": {"gate_timeout": 1200}}))
-    with open(files[1]["src"], "w", encoding="utf-8") as handle:
-        handle.write('api-key: "k"\n')
-    files_before = tree(tmp_path)
-    code, result = run(capsys, step="inspect", service_dir=str(state), unit=UNIT, files=files)
-    assert code == 0 and result["changed"] is False
-    assert result["before"] == {
-        "active": True, "loaded": True, "variant": "nextn", "argv": ARGV, "url": "http://127.0.0.1:30001",
-        "api_key_file": files[1]["src"], "interrupted": True,
-        "marker": {"variant": "shadow", "run_id": "dead", "state": "gate"},
-        "known_good": True, "known_good_variant": "plain", "known_good_argv": ["--port", "30000"],
-        "sglang_version": "0.5.11", "gpu_devices": [0, 1], "gate_timeout": 600, "known_good_gate_timeout": 1200}
-    assert systemctl.argvs == [["systemctl", "show", "-p", "ActiveState,LoadState", "--", UNIT]]
-    assert tree(tmp_path) == files_before  # read-only
-
-
-@pytest.mark.parametrize("rc,out", [
-    (0, "ActiveState=inactive\nLoadState=not-found\n"),
-    (0, "ActiveState=activating\nLoadState=loaded\n"),  # starting is not active
-    (1, "ActiveState=active\nLoadState=loaded\n"),      # systemctl failed: nothing is known to run
-])
-def test_inspect_of_a_host_without_a_running_managed_service(tmp_path, capsys, monkeypatch, rc, out):
-    state, files = layout(tmp_path)
-    # a known-good record without its unit is no known-good service; a damaged current.json records nothing
-    (state / "known-good/current.json").write_text(json.dumps({"variant": "plain", "params": {"gate_timeout": 1200}}))
-    (state / "current.json").write_text('{"variant": "nex')
-    Systemctl(rc, out).install(monkeypatch)
-    code, result = run(capsys, step="inspect", service_dir=str(state), unit=UNIT, files=files)
-    before = result["before"]
-    assert code == 0
-    assert before["active"] is False and before["loaded"] is (rc == 0 and "LoadState=loaded" in out)
-    assert before["variant"] is None and before["argv"] is None and before["url"] is None
-    assert before["interrupted"] is False and before["marker"] is None
-    assert before["known_good"] is False and before["known_good_variant"] is None
-    assert before["gate_timeout"] is None and before["known_good_gate_timeout"] is None
-    assert before["api_key_file"] is None  # the --config file is not installed
-
-
-def test_inspect_needs_the_unit_and_each_file_whole(tmp_path, capsys, systemctl):
-    state, files = layout(tmp_path)
-    code, result = run(capsys, step="inspect", service_dir=str(state), files=files)
-    assert code == 1 and "unit" in result["msg"]
-    code, result = run(capsys, step="inspect", service_dir=str(state), unit=UNIT,
-                       files=[{"name": UNIT, "src": files[0]["src"]}])
-    assert code == 1 and result["msg"].startswith("each of files needs name, src and mode;")
-    assert result["msg"].endswith("lacks mode")
-    assert systemctl.argvs == []
 
 
 # -- amend -------------------------------------------------------------------------------------------------------------
@@ -334,3 +263,33 @@ def test_stage_refuses_input_that_does_not_fit_before_writing(tmp_path, capsys, 
     rc, result = run_module(sglang_deploy_state.main, capsys, stage_args(tmp_path, **bad))[:2]
     assert rc == 1 and words in result["msg"]
     assert not (tmp_path / "state").exists() and systemctl.argvs == []
+
+
+# -- the service's account (stage's first step) ------------------------------------------------------------------------
+
+def test_stage_makes_a_missing_account_first_and_reports_it(tmp_path, capsys, systemctl):
+    user, group = "inferops-test-no-such-user", "inferops-test-no-such-group"
+    args = dict(stage_args(tmp_path), account={"user": user, "group": group})
+    rc, result = run_module(sglang_deploy_state.main, capsys, args)[:2]
+    assert rc == 0 and result["changed"]
+    made = [["groupadd", "--system", group],
+            ["useradd", "--system", "--gid", group, "--shell", "/usr/sbin/nologin", "--home-dir", "/var/lib/sglang",
+             "--no-create-home", user]]
+    assert systemctl.argvs[:2] == made  # before any directory or file (the unit's User= must exist)
+    assert result["account_changed"] == [" ".join(argv) for argv in made]
+
+
+def test_stage_in_check_mode_says_it_would_make_the_account_and_runs_nothing(tmp_path, capsys, systemctl):
+    args = dict(stage_args(tmp_path), account={"user": "inferops-test-no-such-user", "group": "root"})
+    rc, result = run_module(sglang_deploy_state.main, capsys, args, check_mode=True)[:2]
+    assert rc == 0 and result["changed"] and systemctl.argvs == []
+    assert result["account_changed"] == ["useradd --system --gid root --shell /usr/sbin/nologin --home-dir /var/lib/sglang "
+                                         "--no-create-home inferops-test-no-such-user"]
+
+
+def test_stage_stops_before_any_file_when_the_account_cannot_be_made(tmp_path, capsys, monkeypatch):
+    Systemctl(rc=9).install(monkeypatch)
+    args = dict(stage_args(tmp_path), account={"user": "inferops-test-no-such-user", "group": "root"})
+    rc, result = run_module(sglang_deploy_state.main, capsys, args)[:2]
+    assert rc == 1 and result["msg"].startswith("cannot make the service's account: useradd --system")
+    assert "(exit 9)" in result["msg"] and not (tmp_path / "state").exists()
