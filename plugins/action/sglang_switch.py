@@ -11,6 +11,16 @@ in, the seconds spent there and in all, and the last event (the gate's last
 line), masked. What stays here: the text of a line and the job's time limit,
 the sum of every wait the switch can make plus a margin, so that async_wrapper
 never kills a switch that is still within its own timeouts.
+
+Around the job, on the controller, the rotation hooks (``rotation_out``,
+``rotation_in``; plugin_utils/_rotation.py runs one): the module in check mode
+says whether the job will drain a serving service; only then the out hook runs,
+and a failed one ends the task before the job starts, with the in hook tried so
+the host is not left half out. After the job, when the host may go back (the
+known-good service serves, or nothing changed), the in hook, and its result is
+added to the record the job wrote (sglang_deploy_state step=amend). ``failure``
+says what fails the deploy (None when nothing does): the caller can publish the
+record first and fail after.
 """
 
 from __future__ import annotations
@@ -19,13 +29,18 @@ import math
 import time
 
 from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _mask
-from ansible_collections.inferops.sglang.plugins.plugin_utils._async_job import run_job
+from ansible_collections.inferops.sglang.plugins.plugin_utils._async_job import progress_interval, run_job
 from ansible_collections.inferops.sglang.plugins.plugin_utils._async_job import clip as _clip
 from ansible_collections.inferops.sglang.plugins.plugin_utils._async_job import number as _number
+from ansible_collections.inferops.sglang.plugins.plugin_utils import _rotation
+
+display = Display()
 
 MODULE = "inferops.sglang.sglang_switch"
+AMEND_MODULE = "inferops.sglang.sglang_deploy_state"
 PROGRESS_NAME = "sglang_switch.progress.json"
 ELAPSED_KEYS = ("elapsed", "state_elapsed")
 # The job's first status poll, s after its launch (then doubling to the 2 s period): on a host
@@ -92,9 +107,57 @@ class ActionModule(ActionBase):
     _sleep = staticmethod(time.sleep)
 
     def run(self, tmp=None, task_vars=None):
+        task_vars = task_vars or {}
         result = super().run(tmp, task_vars)
-        result.update(run_job(self, task_vars, MODULE, async_limit(self._task.args), PROGRESS_NAME, progress_line,
-                              first_poll=FIRST_POLL, elapsed_keys=ELAPSED_KEYS, limit_note=f"the switch's waits + {ASYNC_MARGIN} s",
-                              outcome="the switch's outcome (the host's history.jsonl and switch.json say it)",
-                              own_key="outcome", no_limit_reason="a wait setting is not a number"))
+        given = self._task.args
+        args = {k: v for k, v in given.items() if k not in _rotation.OPTIONS}
+        hooks = {name: given.get(option) or None for option, name in _rotation.OPTIONS.items()}
+        host = str(task_vars.get("inventory_hostname") or "this host")
+        check = bool(self._task.check_mode)
+        progress_interval(args)  # a bad one fails here, before a hook or the job runs
+        rotation: dict = {}
+        if hooks["out"] and not check:
+            plan = self._plan(args, task_vars)
+            if plan.get("failed"):
+                result.update(plan, failure=str(plan.get("msg")))
+                return result
+            if "drain" in (plan.get("would") or []):
+                rotation["out"] = _rotation.run_hook(self, task_vars, hooks["out"])
+                if not rotation["out"]["ok"]:
+                    if hooks["in"]:
+                        rotation["in"] = _rotation.run_hook(self, task_vars, hooks["in"])
+                    msg = _rotation.out_failed_message(host, rotation, (plan.get("before") or {}).get("variant"))
+                    result.update(failed=True, changed=True, msg=msg, failure=msg, rotation=rotation, before=plan.get("before"))
+                    return result
+        switched = run_job(self, task_vars, MODULE, async_limit(args), PROGRESS_NAME, progress_line,
+                           module_args=dict(args, rotation=dict(rotation)), first_poll=FIRST_POLL, elapsed_keys=ELAPSED_KEYS,
+                           limit_note=f"the switch's waits + {ASYNC_MARGIN} s",
+                           outcome="the switch's outcome (the host's history.jsonl and switch.json say it)",
+                           own_key="outcome", no_limit_reason="a wait setting is not a number")
+        result.update(switched)
+        if check:
+            return result
+        if rotation.get("out", {}).get("ok") and hooks["in"] and switched.get("outcome") in _rotation.BACK_IN:
+            rotation["in"] = _rotation.run_hook(self, task_vars, hooks["in"])
+            if switched.get("record") is not None:
+                amended = self._execute_module(module_name=AMEND_MODULE, task_vars=task_vars, module_args={
+                    "step": "amend", "service_dir": args.get("service_dir"), "record": switched["record"], "rotation": rotation})
+                if amended.get("failed"):
+                    display.warning(f"{host}: the rotation in hook's result was not added to the record: {amended.get('msg')}")
+                else:
+                    result.update(record=amended["record"], summary=amended["summary"])
+        failure = _rotation.deploy_failure(host, str((args.get("variant") or {}).get("variant")), result, rotation,
+                                           str(args.get("service_dir")))
+        result.update(rotation=rotation, failure=failure, changed=bool(result.get("changed")) or bool(rotation))
+        if failure is not None:
+            result.update(failed=True, msg=failure)
         return result
+
+    def _plan(self, args: dict, task_vars: dict) -> dict:
+        """The module in check mode: what a run would do (``would``), the service before it."""
+        saved = self._task.check_mode
+        self._task.check_mode = True
+        try:
+            return self._execute_module(module_name=MODULE, module_args=dict(args), task_vars=task_vars)
+        finally:
+            self._task.check_mode = saved

@@ -27,6 +27,13 @@ description:
   - With O(lock_file), the job writes its pid, its start time and the host's boot id into this run's deploy lock (see
     M(inferops.sglang.sglang_deploy_lock)) and renews its lease as it goes, so a second deploy waits for the job even when
     this job's controller is gone, and a job that lost its lock does not start.
+  - Around the job, on the controller, the rotation hooks O(rotation_out) and O(rotation_in) (a load balancer told
+    that the host leaves and rejoins it). The out hook runs only when the module in check mode says the job will drain
+    a serving service; a failed one fails the task before the job starts, with the in hook tried. The in hook runs when
+    the out hook did and the known-good service serves (V(switched), V(rolled_back)) or nothing changed
+    (V(failed_before_switching)); its result is added to the record (M(inferops.sglang.sglang_deploy_state)
+    O(inferops.sglang.sglang_deploy_state#module:step=amend)). RV(failure) says what fails the deploy; a caller
+    that publishes the record first sets C(failed_when) to false and fails on it after.
   - Nothing is rendered here; the role renders the variant into O(staging) and, for a first deploy, the baseline into
     O(baseline_staging), before the call.
   - In check mode, inspects and decides only and says what a run would do (RV(would), RV(switch), and the message); nothing changes.
@@ -158,10 +165,23 @@ options:
     type: int
     default: 1800
   lock:
-    description: The lock as acquired (run_id, holder, taken_over, previous, waited), for the record.
+    description:
+      - The lock as acquired (M(inferops.sglang.sglang_deploy_lock)'s result), for the record, which keeps its
+        C(run_id), C(holder), C(taken_over), C(previous) and C(waited).
     type: dict
   rotation:
-    description: The rotation out hook's result (C(out) with ok and msg), for the record.
+    description: The rotation out hook's result (C(out) with ok and msg), for the record; set by the action plugin.
+    type: dict
+  rotation_out:
+    description:
+      - The out hook, run on the controller before a serving service is drained. A command (C(command), an argv run
+        without a shell) or an HTTP call (C(url), C(method) (POST), C(headers), a JSON C(body), C(status_code) (200, or
+        a list), C(timeout) (30 s); redirects are not followed), on the controller (C(where=controller), the default)
+        or on the host (C(where=host)). As the sglang_service role's C(sglang_service_rotation_out) (checked by
+        M(inferops.sglang.sglang_preflight)). Never sent to the job; its arguments appear in no result.
+    type: dict
+  rotation_in:
+    description: The in hook, as O(rotation_out), run when the host may go back in rotation.
     type: dict
   plan_tolerance:
     description: The memory plan's tolerance, for the record's check of the plan against the server.
@@ -247,6 +267,15 @@ warnings_text:
   returned: not check mode
   type: list
   elements: str
+failure:
+  description: What fails the deploy, or null - the outcome's message when it is not V(switched) or V(unchanged), the
+    failed out hook's, or that the in hook did not put the host back in rotation (the action plugin's).
+  returned: not check mode
+  type: str
+rotation:
+  description: The rotation hooks' results, C(out) and C(in) (each C(ok), C(msg)), masked; empty when none ran.
+  returned: not check mode
+  type: dict
 textfile_changed:
   description: node_exporter's textfile was rewritten.
   returned: not check mode
@@ -268,6 +297,8 @@ from ansible_collections.inferops.sglang.plugins.module_utils import _switch
 # Seconds between the job's lease renewals (each transition and the gate's progress may renew).
 RENEW_EVERY = 60.0
 TEXT_MAX = 300
+# What the record keeps of the lock as acquired (sglang_deploy_lock's result)
+LOCK_KEYS = ("run_id", "holder", "taken_over", "previous", "waited")
 
 
 class Progress:
@@ -327,7 +358,7 @@ def settings(p: dict) -> _switch.Settings:
         gate_settle=p["gate_settle"], drain_timeout=p["drain_timeout"], drain_interval=p["drain_interval"],
         perf_gate=p["perf_gate"], perf_load=p["perf_load"], perf_thresholds=p["perf_thresholds"],
         keep_attempts=p["keep_attempts"], changed_files=p["changed_files"], ddtree_manifest=p["ddtree_manifest"],
-        lock=p["lock"], rotation=p["rotation"], plan_tolerance=p["plan_tolerance"],
+        lock={k: p["lock"].get(k) for k in LOCK_KEYS} if p["lock"] else None, rotation=p["rotation"], plan_tolerance=p["plan_tolerance"],
         controller_user=p["controller_user"])
 
 
@@ -378,6 +409,8 @@ def main() -> None:
             lock_lease=dict(type="int", default=1800),
             lock=dict(type="dict"),
             rotation=dict(type="dict"),
+            rotation_out=dict(type="dict", no_log=True),
+            rotation_in=dict(type="dict", no_log=True),
             plan_tolerance=dict(type="float"),
             controller_user=dict(type="str"),
             api_key=dict(type="str", no_log=True),

@@ -105,13 +105,14 @@ def clip(text: str, limit: int = LINE_TEXT_MAX) -> str:
 
 
 def run_job(action, task_vars: dict, module_name: str, limit: int | None, progress_name: str, progress_line,
-            **options) -> dict:
-    """An action plugin's run of ``module_name`` as an AsyncModuleJob: ``progress_line(host,
-    progress, secrets, with_text=...)`` gives a line, with the task's api_key as the secret to
-    mask and no text for a no_log task; ``options`` go to AsyncModuleJob. The action's
-    ``_clock`` and ``_sleep`` are the job's. Returns the module's result."""
+            module_args: dict | None = None, **options) -> dict:
+    """An action plugin's run of ``module_name`` as an AsyncModuleJob, with ``module_args`` (the
+    task's arguments by default): ``progress_line(host, progress, secrets, with_text=...)`` gives
+    a line, with the api_key argument as the secret to mask and no text for a no_log task;
+    ``options`` go to AsyncModuleJob. The action's ``_clock`` and ``_sleep`` are the job's.
+    Returns the module's result."""
     task_vars = task_vars or {}
-    args = action._task.args  # pylint: disable=protected-access
+    args = action._task.args if module_args is None else module_args  # pylint: disable=protected-access
     interval = progress_interval(args)
     host = str(task_vars.get("inventory_hostname") or "this host")
     secrets = (str(args.get("api_key") or ""),)

@@ -1,8 +1,10 @@
-"""The sglang_service role's rotation hook, roles/sglang_service/tasks/rotation.yml,
-run whole (ansible.builtin.include_tasks of the file) by one real ansible-playbook
-run: a command hook (an argv, no shell) or an HTTP call, on the controller (the
-default, delegate_to localhost) or on the host (delegate_to inventory_hostname).
-It never fails itself and leaves {ok, msg} in _sglang_service_rotation.<out|in>.
+"""The rotation hooks (plugin_utils/_rotation.py's run_hook, which sglang_switch's action plugin
+runs around the switch's job), run by one real ansible-playbook -vvv run through a probe action
+plugin that calls run_hook for its task: a command hook (an argv, no shell) or an HTTP call, on
+the controller (the default, in the action's process) or on the host (the task's connection runs
+ansible.legacy.command or ansible.legacy.uri there). It never fails itself: its result is
+{ok, msg}. When the hooks run, and what follows a failed one, is the action's
+(tests/unit/plugins/action/test_action_sglang_switch.py).
 
 The play's host, ``target``, is the local machine too, but under an interpreter of
 its own: a wrapper that sets HOOK_SIDE=host, so a hook run on the host and one run
@@ -22,7 +24,16 @@ import pytest
 import yaml
 from sim_helpers import REPO, free_port, write_executable
 
-ROTATION = REPO / "roles" / "sglang_service" / "tasks" / "rotation.yml"
+PROBE = """from ansible.plugins.action import ActionBase
+from ansible_collections.inferops.sglang.plugins.plugin_utils import _rotation
+
+
+class ActionModule(ActionBase):
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        result.update(changed=False, hook_result=_rotation.run_hook(self, task_vars, self._task.args["hook"]))
+        return result
+"""
 TOKEN = "rotation-secret-4b9e1c7d2a"
 HEADERS = {"Authorization": f"Bearer {TOKEN}", "X-Rotation-Pool": "gpu-a"}
 BODY = {"host": "target", "weight": 0, "drain": True, "tags": ["a", "b"], "note": "naïve ✓"}
@@ -100,15 +111,11 @@ def cases(base: str, unreachable: str) -> dict[str, dict]:
     }
 
 
-def include(name: str, hook: dict) -> dict:
-    return {"name": f"Rotation hook {name}", "ansible.builtin.include_tasks": str(ROTATION),
-            "vars": {"_sglang_service_hook_name": name, "__sglang_service_hook": hook}}
-
-
-def keep(case: str) -> dict:
-    """_sglang_service_rotation as the case left it (a set_fact, on the controller: no module run)."""
-    return {"name": f"Keep {case}", "ansible.builtin.set_fact": {
-        "__cases": "{{ __cases | default({}) | combine({%r: _sglang_service_rotation}) }}" % case}}
+def probe(case: str, hook: dict) -> list[dict]:
+    """The hook run by the probe action (as sglang_switch's action runs it), its result kept."""
+    return [{"name": f"Rotation hook {case}", "rotation_probe": {"hook": hook}, "register": "__probe"},
+            {"name": f"Keep {case}", "ansible.builtin.set_fact": {
+                "__cases": "{{ __cases | default({}) | combine({%r: __probe.hook_result}) }}" % case}}]
 
 
 @pytest.fixture(scope="module")
@@ -122,30 +129,19 @@ def run(tmp_path_factory):
     try:
         base = f"http://127.0.0.1:{server.server_address[1]}"
         unreachable = f"http://127.0.0.1:{free_port()}/unreachable"
-        tasks = []
-        for index, (case, hook) in enumerate(cases(base, unreachable).items()):
-            if index:  # the first case starts with _sglang_service_rotation undefined
-                tasks.append({"name": f"Reset for {case}", "ansible.builtin.set_fact": {"_sglang_service_rotation": {}}})
-            tasks += [include("out", hook), keep(case)]
-        # Both hooks of a switch, out then in, accumulate.
-        tasks += [
-            {"name": "Reset for both", "ansible.builtin.set_fact": {"_sglang_service_rotation": {}}},
-            include("out", {"command": [PY, "-c", "pass"]}),
-            include("in", {"url": f"{base}/fail/both_in", "headers": HEADERS, "where": "host"}),
-            keep("both"),
-            # A hook run again replaces its own key only.
-            include("out", {"url": f"{base}/accepted/both_again", "status_code": 202}),
-            keep("both_again"),
-            {"name": "Write the results", "ansible.builtin.copy": {
-                "content": "{{ __cases | to_json }}", "dest": str(tmp / "results.json"), "mode": "0644"}},
-        ]
+        tasks = [task for case, hook in cases(base, unreachable).items() for task in probe(case, hook)]
+        tasks.append({"name": "Write the results", "ansible.builtin.copy": {
+            "content": "{{ __cases | to_json }}", "dest": str(tmp / "results.json"), "mode": "0644"}})
+        (tmp / "action_plugins").mkdir()
+        (tmp / "action_plugins" / "rotation_probe.py").write_text(PROBE)
         wrapper = tmp / "host-python"
         write_executable(wrapper, f'#!/bin/sh\nHOOK_SIDE=host exec "{PY}" "$@"\n')
         (tmp / "inventory.yml").write_text(yaml.safe_dump({"all": {"hosts": {"target": {
             "ansible_connection": "local", "ansible_python_interpreter": str(wrapper)}}}}))
         (tmp / "play.yml").write_text(yaml.safe_dump([{"hosts": "target", "gather_facts": False, "tasks": tasks}],
                                                      allow_unicode=True))
-        (tmp / "ansible.cfg").write_text("[defaults]\nretry_files_enabled = False\n[connection]\npipelining = True\n")
+        (tmp / "ansible.cfg").write_text("[defaults]\nretry_files_enabled = False\naction_plugins = action_plugins\n"
+                                         "[connection]\npipelining = True\n")
         env = {k: v for k, v in os.environ.items() if k.lower() not in ("http_proxy", "https_proxy", "all_proxy")
                and k != "HOOK_SIDE"}
         env.update(ANSIBLE_COLLECTIONS_PATH=str(REPO / "collections"), ANSIBLE_CONFIG=str(tmp / "ansible.cfg"),
@@ -165,57 +161,55 @@ def run(tmp_path_factory):
     return by_case, by_path, output
 
 
-def test_every_case_ran_once_and_wrote_only_its_own_hook(run):
+def test_every_case_ran_once_and_gave_ok_and_msg(run):
     by_case, dummy, output = run
-    assert set(by_case) == {*cases("http://x", "http://y"), "both", "both_again"}
+    assert set(by_case) == set(cases("http://x", "http://y"))
     for case, result in by_case.items():
-        if not case.startswith("both"):
-            assert list(result) == ["out"], case
-            assert set(result["out"]) == {"ok", "msg"} and isinstance(result["out"]["ok"], bool), case
+        assert set(result) == {"ok", "msg"} and isinstance(result["ok"], bool), case
     # The hook never fails the play: failures are results, not failed tasks.
     assert "failed=0" in output and "unreachable=0" in output
 
 
 def test_command_exit_0_is_ok(run):
-    # The first case: _sglang_service_rotation was undefined; stdout and a blank stderr stay out of msg.
-    assert run[0]["cmd_ok"] == {"out": {"ok": True, "msg": "command exit 0"}}
+    # stdout and a blank stderr stay out of msg
+    assert run[0]["cmd_ok"] == {"ok": True, "msg": "command exit 0"}
 
 
 def test_command_failure_reports_exit_code_and_stderr_tail(run):
     by_case = run[0]
-    assert by_case["cmd_fail"]["out"] == {"ok": False, "msg": "command exit 3: " + LONG_STDERR[-300:]}
-    assert "head-" not in by_case["cmd_fail"]["out"]["msg"]  # the tail only
-    assert by_case["cmd_fail_quiet"]["out"] == {"ok": False, "msg": "command exit 3"}
+    assert by_case["cmd_fail"] == {"ok": False, "msg": "command exit 3: " + LONG_STDERR[-300:]}
+    assert "head-" not in by_case["cmd_fail"]["msg"]  # the tail only
+    assert by_case["cmd_fail_quiet"] == {"ok": False, "msg": "command exit 3"}
 
 
 def test_command_failure_masks_the_secrets_it_prints(run):
     results, _requests, out = run
-    msg = results["cmd_fail_secret"]["out"]["msg"]
+    msg = results["cmd_fail_secret"]["msg"]
     # (a bearer token runs to the next space: the comma after it is masked with it)
     assert msg == "command exit 22: 401 for Authorization: Bearer ******** token=********", msg
     assert TOKEN not in out and TOKEN[::-1] not in out
 
 
 def test_command_is_an_argv_without_a_shell(run):
-    assert run[0]["cmd_argv_literal"]["out"] == {"ok": False, "msg": f"command exit 7: {ODD_ARGV!r}"}
+    assert run[0]["cmd_argv_literal"] == {"ok": False, "msg": f"command exit 7: {ODD_ARGV!r}"}
 
 
 def test_missing_command_is_a_result_not_a_failure(run):
-    result = run[0]["cmd_missing"]["out"]
+    result = run[0]["cmd_missing"]
     assert result["ok"] is False
     assert result["msg"].startswith("command exit ") and result["msg"] != "command exit 0"
 
 
 def test_command_runs_on_the_controller_by_default_and_on_the_host_with_where_host(run):
     by_case = run[0]
-    assert by_case["side_default"]["out"] == {"ok": False, "msg": "command exit 4: side=controller"}
-    assert by_case["side_controller"]["out"] == by_case["side_default"]["out"]
-    assert by_case["side_host"]["out"] == {"ok": False, "msg": "command exit 4: side=host"}
+    assert by_case["side_default"] == {"ok": False, "msg": "command exit 4: side=controller"}
+    assert by_case["side_controller"] == by_case["side_default"]
+    assert by_case["side_host"] == {"ok": False, "msg": "command exit 4: side=host"}
 
 
 def test_http_hook_posts_by_default_with_its_headers(run):
     by_case, by_path, dummy = run
-    assert by_case["http_post"]["out"] == {"ok": True, "msg": "HTTP 200"}
+    assert by_case["http_post"] == {"ok": True, "msg": "HTTP 200"}
     [request] = by_path["/ok/http_post"]
     assert request["method"] == "POST"
     assert request["headers"]["authorization"] == f"Bearer {TOKEN}"
@@ -235,13 +229,13 @@ def test_http_hook_where_controller_and_where_host_give_the_same_result(run):
 def test_http_hook_uses_the_given_method(run):
     by_case, by_path, dummy = run
     for case, method in (("http_put", "PUT"), ("http_delete", "DELETE")):
-        assert by_case[case]["out"] == {"ok": True, "msg": "HTTP 200"}
+        assert by_case[case] == {"ok": True, "msg": "HTTP 200"}
         assert [r["method"] for r in by_path[f"/ok/{case}"]] == [method]
 
 
 def test_http_hook_sends_its_body_as_json(run):
     by_case, by_path, dummy = run
-    assert by_case["http_json"]["out"] == {"ok": True, "msg": "HTTP 200"}
+    assert by_case["http_json"] == {"ok": True, "msg": "HTTP 200"}
     [request] = by_path["/ok/http_json"]
     assert request["method"] == "POST"
     assert request["headers"]["content-type"].startswith("application/json")
@@ -251,56 +245,46 @@ def test_http_hook_sends_its_body_as_json(run):
 
 def test_http_status_code_list_accepts_202_and_the_default_is_200_only(run):
     by_case, by_path, dummy = run
-    assert by_case["http_202_list"]["out"] == {"ok": True, "msg": "HTTP 202"}
-    assert by_case["http_202_list_str"]["out"] == {"ok": True, "msg": "HTTP 202"}
-    result = by_case["http_202_default"]["out"]
+    assert by_case["http_202_list"] == {"ok": True, "msg": "HTTP 202"}
+    assert by_case["http_202_list_str"] == {"ok": True, "msg": "HTTP 202"}
+    result = by_case["http_202_default"]
     assert result["ok"] is False and result["msg"].startswith("HTTP 202 (expected 200): ")
     assert len(by_path["/accepted/http_202_default"]) == 1
 
 
 def test_http_wrong_status_is_not_ok_with_the_expected_codes_and_a_short_reason(run):
     by_case, by_path, dummy = run
-    result = by_case["http_500"]["out"]
+    result = by_case["http_500"]
     assert result["ok"] is False
     prefix = "HTTP 500 (expected 200): "
     assert result["msg"].startswith(prefix) and "500" in result["msg"][len(prefix):]
     assert len(result["msg"]) <= len(prefix) + 200
-    assert by_case["http_500_list"]["out"]["msg"].startswith("HTTP 500 (expected 200, 204): ")
-    assert "204" in by_case["http_500_list"]["out"]["msg"][len("HTTP 500 (expected 200, 204): "):]  # uri got the list
-    assert by_case["http_500_list"]["out"]["ok"] is False
+    assert by_case["http_500_list"]["msg"].startswith("HTTP 500 (expected 200, 204): ")
+    assert "204" in by_case["http_500_list"]["msg"][len("HTTP 500 (expected 200, 204): "):]  # uri got the list
+    assert by_case["http_500_list"]["ok"] is False
     assert len(by_path["/fail/http_500"]) == 1  # no retry
 
 
 def test_http_redirect_is_not_followed(run):
     by_case, by_path, dummy = run
-    result = by_case["http_redirect"]["out"]
+    result = by_case["http_redirect"]
     assert result["ok"] is False and result["msg"].startswith("HTTP 302 (expected 200): ")
-    assert by_case["http_redirect_accepted"]["out"] == {"ok": True, "msg": "HTTP 302"}
+    assert by_case["http_redirect_accepted"] == {"ok": True, "msg": "HTTP 302"}
     assert len(by_path["/redirect/http_redirect"]) == 1
     assert len(by_path["/redirect/http_redirect_accepted"]) == 1
     assert not [path for path in by_path if path.startswith("/redirected/")]
 
 
 def test_http_unreachable_url_is_status_minus_1(run):
-    result = run[0]["http_unreachable"]["out"]
+    result = run[0]["http_unreachable"]
     assert result["ok"] is False
     assert result["msg"].startswith("HTTP -1 (expected 200): ")
 
 
-def test_out_then_in_accumulate_and_a_rerun_replaces_only_its_key(run):
-    by_case, by_path, dummy = run
-    both = by_case["both"]
-    assert set(both) == {"out", "in"}
-    assert both["out"] == {"ok": True, "msg": "command exit 0"}
-    assert both["in"]["ok"] is False and both["in"]["msg"].startswith("HTTP 500 (expected 200): ")
-    assert len(by_path["/fail/both_in"]) == 1
-    assert by_case["both_again"] == {"out": {"ok": True, "msg": "HTTP 202"}, "in": both["in"]}
-
-
 def test_headers_never_reach_the_output_even_with_vvv(run):
-    """-vvv prints a module's arguments: the URL task's no_log is what hides the headers."""
+    """-vvv prints every result: neither the controller's client nor the host's module (run
+    with no_log, its arguments hidden from the host's log too) gives the headers back."""
     dummy, by_path, output = run
     assert sum(r["headers"].get("authorization") == f"Bearer {TOKEN}" for rs in by_path.values() for r in rs) >= 10
+    assert "Rotation hook http_post_host" in output  # the tasks ran and were shown, not hidden
     assert TOKEN not in output
-    assert "Call the URL of the rotation hook: out" in output  # the task ran and was shown, hidden
-    assert "censored" in output

@@ -254,3 +254,142 @@ def test_a_bad_progress_interval_fails_the_task_before_anything_runs(shown):
     with pytest.raises(AnsibleActionFail, match="progress_interval must be 0"):
         h.run()
     assert h.launches == [] and h.plain == []
+
+
+# -- the rotation hooks around the job ------------------------------------------------------------------------------
+
+OUT = {"command": ["/usr/local/bin/lb", "out", "--token", "tok-out-1"], "where": "host"}
+IN = {"url": "https://lb.example/in", "headers": {"Authorization": "Bearer tok-in-2"}}
+RECORD = {"run_id": "r1", "outcome": "switched", "rotation": None}
+
+
+class Rotating(Harness):
+    """The harness with the hooks stubbed (their results scripted, their runs kept), the module's
+    check-mode plan scripted (``would``), the job's result scripted, and the record's amendment."""
+
+    def __init__(self, args: dict, monkeypatch, would=("drain", "stop", "switched"), job: dict | None = None,
+                 hook_ok: dict | None = None, check_mode: bool = False) -> None:
+        super().__init__(args, done=0.5, check_mode=check_mode)
+        self.would, self.hook_ok, self.check_task = list(would), dict(hook_ok or {}), check_mode
+        self.job = dict(job or dict(SWITCHED, record=dict(RECORD), summary="gpu1: ddtree is serving."))
+        self.hooks: list[str] = []
+        self.plans: list[dict] = []
+        self.amends: list[dict] = []
+
+        def run_hook(_action, _task_vars, hook):
+            name = "out" if hook is OUT or hook == OUT else "in"
+            self.hooks.append(name)
+            ok = self.hook_ok.get(name, True)
+            return {"ok": ok, "msg": "command exit 0" if ok else f"{name} refused"}
+        monkeypatch.setattr(action_mod._rotation, "run_hook", run_hook)
+
+    def execute(self, module_name=None, module_args=None, task_vars=None, wrap_async=False):
+        if module_name == action_mod.AMEND_MODULE:
+            self.amends.append(dict(module_args))
+            record = dict(module_args["record"], rotation=module_args["rotation"])
+            return dict(changed=True, record=record, summary="gpu1: amended summary")
+        # the plan: a check-mode call the action makes itself (not a check-mode task's plain call)
+        if module_name == action_mod.MODULE and not wrap_async and self.task.check_mode and not self.check_task:
+            self.plans.append(dict(module_args))
+            return dict(changed=True, switch=True, would=self.would, before={"variant": "nextn"}, msg="would switch")
+        if module_name == _async_job.ASYNC_STATUS and module_args["mode"] != "cleanup" and self.now - self.launched_at >= self.done:
+            return dict(self.job, finished=True, ansible_job_id=JID)
+        return super().execute(module_name, module_args, task_vars, wrap_async)
+
+
+
+def hooked(**more) -> dict:
+    return dict(ARGS, progress_interval=15, rotation_out=OUT, rotation_in=IN, **more)
+
+
+def test_no_hooks_no_plan_call_and_nothing_to_fail(shown, monkeypatch):
+    h = Rotating(dict(ARGS, progress_interval=15), monkeypatch)
+    result = h.run()
+    assert h.plans == [] and h.hooks == [] and h.amends == []
+    assert h.launches[0]["args"]["rotation"] == {}
+    assert result["failure"] is None and result["rotation"] == {} and result["failed"] is False
+
+
+def test_out_and_in_around_a_switch_the_in_hooks_result_amended_into_the_record(shown, monkeypatch):
+    h = Rotating(hooked(), monkeypatch)
+    result = h.run()
+    assert len(h.plans) == 1 and h.hooks == ["out", "in"]
+    (launch,) = h.launches
+    # the job records the out hook's result; the hooks themselves never reach the host's module
+    assert launch["args"]["rotation"] == {"out": {"ok": True, "msg": "command exit 0"}}
+    assert "rotation_out" not in launch["args"] and "rotation_in" not in launch["args"]
+    assert "rotation_out" not in h.plans[0] and "rotation_in" not in h.plans[0]
+    (amend,) = h.amends
+    assert amend["step"] == "amend" and amend["record"]["run_id"] == "r1"
+    assert set(amend["rotation"]) == {"out", "in"}
+    assert result["record"]["rotation"] == amend["rotation"] and result["summary"] == "gpu1: amended summary"
+    assert result["failure"] is None and result["changed"] is True
+
+
+def test_a_switch_that_will_not_drain_runs_no_hook(shown, monkeypatch):
+    h = Rotating(hooked(), monkeypatch, would=["steady", "unchanged"],
+                 job=dict(SWITCHED, outcome="unchanged", changed=False, record=None, summary="unchanged"))
+    result = h.run()
+    assert len(h.plans) == 1 and h.hooks == [] and h.amends == []
+    assert result["failure"] is None and result["changed"] is False and result["rotation"] == {}
+
+
+def test_a_failed_out_hook_starts_no_job_and_tries_the_in_hook(shown, monkeypatch):
+    h = Rotating(hooked(), monkeypatch, hook_ok={"out": False})
+    result = h.run()
+    assert h.hooks == ["out", "in"] and h.launches == [] and h.plain == [] and h.amends == []
+    assert result["failed"] is True and result["failure"] == result["msg"] == (
+        "gpu1: the rotation out hook failed (out refused); nothing was changed, nextn still runs; "
+        "rotation in hook: command exit 0")
+    assert "outcome" not in result and "record" not in result
+
+
+def test_a_rollback_brings_the_host_back_in_and_fails_with_the_amended_summary(shown, monkeypatch):
+    rolled = dict(SWITCHED, failed=True, outcome="rolled_back", record=dict(RECORD, outcome="rolled_back"),
+                  summary="gpu1: variant ddtree FAILED and was rolled back.", msg="gpu1: variant ddtree FAILED and was rolled back.")
+    h = Rotating(hooked(), monkeypatch, job=rolled)
+    result = h.run()
+    assert h.hooks == ["out", "in"] and len(h.amends) == 1
+    assert result["failed"] is True and result["failure"] == "gpu1: amended summary"
+
+
+def test_a_failed_rollback_keeps_the_host_out_of_rotation(shown, monkeypatch):
+    broken = dict(SWITCHED, failed=True, outcome="rollback_failed", record=dict(RECORD, outcome="rollback_failed"),
+                  summary="gpu1: ROLLBACK FAILED.", msg="gpu1: ROLLBACK FAILED.")
+    h = Rotating(hooked(), monkeypatch, job=broken)
+    result = h.run()
+    assert h.hooks == ["out"] and h.amends == []
+    assert result["failure"] == "gpu1: ROLLBACK FAILED." and result["rotation"] == {"out": {"ok": True, "msg": "command exit 0"}}
+
+
+def test_a_drain_that_failed_changed_nothing_the_host_goes_back_and_the_failure_says_both(shown, monkeypatch):
+    before = dict(SWITCHED, failed=True, changed=False, outcome="failed_before_switching", record=None, summary=None,
+                  msg="gpu1: the drain timed out; nothing was changed, nextn still runs")
+    h = Rotating(hooked(), monkeypatch, job=before, hook_ok={"in": False})
+    result = h.run()
+    assert h.hooks == ["out", "in"] and h.amends == []  # no record to amend
+    assert result["failure"] == "gpu1: the drain timed out; nothing was changed, nextn still runs; rotation in hook: in refused"
+
+
+def test_a_variant_that_serves_while_the_in_hook_failed_fails_the_deploy(shown, monkeypatch):
+    h = Rotating(hooked(), monkeypatch, hook_ok={"in": False})
+    result = h.run()
+    assert result["outcome"] == "switched" and result["failed"] is True
+    assert result["failure"] == ("gpu1: ddtree serves, but the host is NOT back in rotation: the rotation in hook failed "
+                                 "(in refused). Put it back by hand.")
+
+
+def test_a_job_without_an_outcome_says_where_to_look_and_that_the_host_is_out(shown, monkeypatch):
+    h = Rotating(hooked(), monkeypatch, job=dict(failed=True, msg="the async job j1 was lost"))
+    result = h.run()
+    assert h.hooks == ["out"]
+    assert result["failure"].startswith("gpu1: the switch job on the host ended without an outcome (the async job j1 was lost); "
+                                        "/var/lib/inferops-sglang/sglang-qwen/switch.json says where it stopped")
+    assert result["failure"].endswith("; the host is OUT of rotation")
+
+
+def test_check_mode_runs_no_hook_and_fails_nothing(shown, monkeypatch):
+    h = Rotating(hooked(), monkeypatch, check_mode=True)
+    result = h.run()
+    assert h.hooks == [] and h.plans == [] and h.launches == [] and len(h.plain) == 1
+    assert "rotation_out" not in h.plain[0] and "failure" not in result

@@ -287,6 +287,18 @@ def test_the_job_claims_this_runs_lock_with_its_pid_and_boot_id(capsys, script, 
     assert record["lease_s"] == 1800 and record["expires"] > 1000 + 900
 
 
+def test_the_record_keeps_of_the_lock_task_s_result_only_who_held_it_and_how(capsys, script, layout):
+    """The role passes sglang_deploy_lock's whole result (its ``before`` included)."""
+    holder = dict(HOLDER, run_id=RUN)
+    acquired = {"changed": False, "acquired": True, "run_id": RUN, "holder": holder, "previous": None,
+                "taken_over": False, "waited": 2.5, "lost": False, "before": {"variant": "nextn", "argv": ["--port", "1"]}}
+    rc, result, _out = run(capsys, layout.args(lock=acquired))
+    assert rc == 0, result
+    assert result["record"]["lock"] == {"run_id": RUN, "holder": holder, "taken_over": False, "previous": None,
+                                        "waited": 2.5}
+    assert history(layout)[-1]["lock"] == result["record"]["lock"]
+
+
 def test_a_lock_held_by_another_run_stops_the_job_before_anything_changes(capsys, script, layout):
     lock = layout.root / "deploy.lock"
     _deploy_lock.acquire(str(lock), OTHER_RUN, dict(HOLDER, controller_user="bob"))
