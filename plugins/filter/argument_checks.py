@@ -11,7 +11,8 @@ version_added: 0.9.0
 description:
   - >-
     From the service's state before a deploy (M(inferops.sglang.sglang_deploy_lock)'s
-    RV(inferops.sglang.sglang_deploy_lock#module:before)), the variant and the baseline as C(sglang_preflight) resolved them and the validated GPU list: the command lines to give
+    RV(inferops.sglang.sglang_deploy_lock#module:before)), the variant and the baseline as C(sglang_preflight)
+    resolved them and the validated GPU list: the command lines to give
     M(inferops.sglang.sglang_server_args), each once, labelled (C(label), C(argv)). The variant's, then the rollback
     target's: the running service's, the saved known-good one's, or on a host's first deploy the baseline's.
   - >-
@@ -22,7 +23,9 @@ author:
   - inferops.sglang contributors (@inferops)
 options:
   _input:
-    description: The service before the deploy (M(inferops.sglang.sglang_deploy_lock)'s RV(inferops.sglang.sglang_deploy_lock#module:before)).
+    description:
+      - The service before the deploy (M(inferops.sglang.sglang_deploy_lock)'s
+        RV(inferops.sglang.sglang_deploy_lock#module:before)).
     type: dict
     required: true
   variant:

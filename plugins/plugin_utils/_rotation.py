@@ -115,7 +115,8 @@ def run_hook(action, task_vars: dict, hook: dict) -> dict:
             status, reason = response.status, ""
     except HTTPError as exc:
         status, reason = exc.code, f"Status code was {exc.code} and not {codes}: {exc}"
-    except Exception as exc:  # pylint: disable=broad-exception-caught - any client failure is the hook's result
+    # any client failure (a refused connection, a timeout, a bad certificate) is the hook's result
+    except Exception as exc:  # pylint: disable=broad-exception-caught
         status, reason = -1, f"Status code was -1 and not {codes}: Request failed: {exc}"
     return url_result(status, codes, reason, secrets)
 

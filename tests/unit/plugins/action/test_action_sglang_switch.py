@@ -297,7 +297,6 @@ class Rotating(Harness):
         return super().execute(module_name, module_args, task_vars, wrap_async)
 
 
-
 def hooked(**more) -> dict:
     return dict(ARGS, progress_interval=15, rotation_out=OUT, rotation_in=IN, **more)
 

@@ -10,6 +10,8 @@ import pwd
 import pytest
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _preflight
+
+
 def _accounts(users: dict, groups: dict):
     def getpwnam(name):
         if name not in users:
