@@ -172,8 +172,14 @@ def main() -> None:
     timeout_bin = module.get_bin_path("timeout", required=True)
 
     start = time.monotonic()
-    rc, out, err = module.run_command(server_args.command(python, timeout, timeout_bin), data=server_args.request(p["argv"]),
-                                      environ_update=server_args.environment(p["environment"]))
+    try:
+        rc, out, err = module.run_command(server_args.command(python, timeout, timeout_bin), data=server_args.request(p["argv"]),
+                                          environ_update=server_args.environment(p["environment"]), handle_exceptions=False)
+    except OSError as exc:
+        # EPIPE: the request could not be written, the interpreter ended before it read it
+        why = f"it ended before it read its request ({exc})" if isinstance(exc, BrokenPipeError) else str(exc)
+        module.fail_json(msg=f"SGLang's argument check of {label} could not run in {python}: {why}",
+                         elapsed=round(time.monotonic() - start, 2))
     elapsed = round(time.monotonic() - start, 2)
     try:
         answer = server_args.outcome(rc, out, err, python, label, timeout)

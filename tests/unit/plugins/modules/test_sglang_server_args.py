@@ -170,8 +170,9 @@ def test_check_mode_runs_the_same_check(sim, capsys):
 
 
 def stand_in_python(tmp_path, body: str) -> str:
-    """An interpreter stand-in (a test double): a shell script."""
-    return str(write_executable(tmp_path / "python", "#!/bin/sh\n" + body + "\n"))
+    """An interpreter stand-in (a test double): a shell script that reads its request first, as
+    the harness does before it imports SGLang."""
+    return str(write_executable(tmp_path / "python", "#!/bin/sh\ncat > /dev/null\n" + body + "\n"))
 
 
 def test_a_hanging_check_is_killed_at_the_timeout(capsys, tmp_path):
@@ -190,6 +191,20 @@ def test_a_crashed_harness_says_so_with_its_stderr(capsys, tmp_path):
     assert result["msg"] == (f"SGLang's argument check of rollback target cpu crashed in {python} (exit 139) without an "
                              "answer: Fatal Python error: Segmentation fault"), result
     assert result["stderr"] == "Fatal Python error: Segmentation fault"
+
+
+def test_an_interpreter_gone_before_it_read_its_request_is_named(capsys, tmp_path, monkeypatch):
+    """The module writes the request to the interpreter's stdin: one that died at once makes that
+    write fail (EPIPE), which must not end the module with run_command's bare "Error executing command"."""
+    python = stand_in_python(tmp_path, "exit 0")
+
+    def gone(_module, *_args, **_kwargs):
+        raise BrokenPipeError(32, "Broken pipe")
+    monkeypatch.setattr(sglang_server_args.AnsibleModule, "run_command", gone)
+    rc, result = run(capsys, python=python, argv=MODEL, label="variant nextn")
+    assert rc == 1
+    assert result["msg"] == (f"SGLang's argument check of variant nextn could not run in {python}: it ended before it "
+                             "read its request ([Errno 32] Broken pipe)"), result
 
 
 def test_a_missing_venv(capsys, tmp_path):
