@@ -121,9 +121,11 @@ def test_the_benchmark_reads_real_sglangs_stream_0_5_11(shared):
     assert measured["completed"] == 2 and measured["error_count"] == 0
     figures = result["figures"]
     assert figures["accept_length"] is None
-    assert figures["output_tokens_per_s"] > 0 and 0 < figures["ttft_p50"] <= figures["ttft_p95"] and figures["tpot_p50"] > 0
-    # lines that arrive in one read share a time: on this fast tiny model the ITL may read 0
-    assert figures["itl_p50"] >= 0
+    assert figures["output_tokens_per_s"] > 0 and 0 < figures["ttft_p50"] <= figures["ttft_p95"]
+    # lines that arrive in one read share a time: on this fast tiny model, with the client late to
+    # read on a loaded machine, every token of a request can come in one read, so TPOT and the ITL
+    # may read 0 (seen in a CI run: TPOT p50 0.0 with TTFT 0.38 s)
+    assert figures["tpot_p50"] >= 0 and figures["itl_p50"] >= 0
     note("bench 0.5.11", seconds=result["seconds"], tokens_per_s=figures["output_tokens_per_s"],
          ttft_p95=figures["ttft_p95"], itl_p50=figures["itl_p50"])
 
