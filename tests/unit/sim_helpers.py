@@ -17,6 +17,7 @@ from typing import Callable
 
 import pytest
 from ansible.module_utils import _internal as ansible_internal
+from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common import warnings as ansible_warnings
 from ansible.module_utils.testing import patch_module_args
 
@@ -66,6 +67,22 @@ class FakeClock:
     def sleep(self, seconds: float) -> None:
         self.slept.append(seconds)
         self.now += max(0.0, seconds)
+
+
+class RunCommand:
+    """AnsibleModule.run_command's stand-in for a module run in-process: every command answers
+    ``rc`` and ``out`` (by default ``systemctl show`` of an active, loaded unit); every argv is kept."""
+
+    def __init__(self, rc: int = 0, out: str = "ActiveState=active\nLoadState=loaded\n") -> None:
+        self.rc, self.out, self.argvs = rc, out, []
+
+    def __call__(self, args, **_kwargs):
+        self.argvs.append(list(args))
+        return self.rc, self.out, ""
+
+    def install(self, monkeypatch) -> RunCommand:
+        monkeypatch.setattr(AnsibleModule, "run_command", lambda _module, args, **kw: self(args, **kw))
+        return self
 
 
 def write_executable(path: Path, text: str) -> Path:

@@ -9,7 +9,7 @@ import os
 import stat
 
 import pytest
-from sim_helpers import run_module
+from sim_helpers import RunCommand, run_module
 
 from ansible_collections.inferops.sglang.plugins.modules import sglang_deploy_lock
 
@@ -156,20 +156,6 @@ def service_layout(tmp_path):
     return state, files
 
 
-class Systemctl:
-    """module.run_command's stand-in: answers ``systemctl show`` and keeps every argv."""
-
-    def __init__(self, rc: int = 0, out: str = "ActiveState=active\nLoadState=loaded\n") -> None:
-        self.rc, self.out, self.argvs = rc, out, []
-
-    def install(self, monkeypatch) -> Systemctl:
-        def run_command(_module, args, **_kwargs):
-            self.argvs.append(list(args))
-            return self.rc, self.out, ""
-        monkeypatch.setattr(sglang_deploy_lock.AnsibleModule, "run_command", run_command)
-        return self
-
-
 def tree(directory) -> dict[str, bytes]:
     found = {}
     for root, _dirs, names in os.walk(directory):
@@ -191,7 +177,7 @@ def test_the_lock_reads_the_unit_the_record_the_marker_and_the_known_good(tmp_pa
     with open(files[1]["src"], "w", encoding="utf-8") as handle:
         handle.write('api-key: "k"\n')
     files_before = tree(tmp_path)
-    systemctl = Systemctl().install(monkeypatch)
+    systemctl = RunCommand().install(monkeypatch)
     lock_path = tmp_path / "lock" / "deploy.lock"
     rc, result = run(capsys, lock_path, service=UNIT, inspect={"service_dir": str(state), "files": files})
     assert rc == 0 and result["acquired"], result
@@ -216,7 +202,7 @@ def test_the_lock_reads_a_host_without_a_running_managed_service(tmp_path, capsy
     # a known-good record without its unit is no known-good service; a damaged current.json records nothing
     (state / "known-good/current.json").write_text(json.dumps({"variant": "plain", "params": {"gate_timeout": 1200}}))
     (state / "current.json").write_text('{"variant": "nex')
-    Systemctl(rc, out).install(monkeypatch)
+    RunCommand(rc, out).install(monkeypatch)
     code, result = run(capsys, tmp_path / "deploy.lock", service=UNIT, inspect={"service_dir": str(state), "files": files})
     before = result["before"]
     assert code == 0
@@ -230,7 +216,7 @@ def test_the_lock_reads_a_host_without_a_running_managed_service(tmp_path, capsy
 
 def test_the_lock_of_another_run_reads_nothing_but_check_mode_does(tmp_path, capsys, monkeypatch):
     state, files = service_layout(tmp_path)
-    systemctl = Systemctl().install(monkeypatch)
+    systemctl = RunCommand().install(monkeypatch)
     path = tmp_path / "deploy.lock"
     inspect = {"service_dir": str(state), "files": files}
     run(capsys, path, run_id=B)
@@ -244,7 +230,7 @@ def test_the_lock_of_another_run_reads_nothing_but_check_mode_does(tmp_path, cap
 
 def test_inspect_needs_each_file_whole_and_changes_nothing_when_refused(tmp_path, capsys, monkeypatch):
     state, files = service_layout(tmp_path)
-    systemctl = Systemctl().install(monkeypatch)
+    systemctl = RunCommand().install(monkeypatch)
     path = tmp_path / "deploy.lock"
     code, result = run(capsys, path, service=UNIT,
                        inspect={"service_dir": str(state), "files": [{"name": UNIT, "src": files[0]["src"]}]})

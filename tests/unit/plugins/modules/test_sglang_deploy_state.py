@@ -12,7 +12,7 @@ import os
 import stat
 
 import pytest
-from sim_helpers import run_module
+from sim_helpers import RunCommand, run_module
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _deploy
 from ansible_collections.inferops.sglang.plugins.modules import sglang_deploy_state
@@ -37,24 +37,9 @@ def layout(tmp_path):
     return state, files
 
 
-class Systemctl:
-    """module.run_command's stand-in: answers ``systemctl show`` and keeps every argv."""
-
-    def __init__(self, rc: int = 0, out: str = "ActiveState=active\nLoadState=loaded\n") -> None:
-        self.rc, self.out, self.argvs = rc, out, []
-
-    def __call__(self, args, **_kwargs):
-        self.argvs.append(list(args))
-        return self.rc, self.out, ""
-
-    def install(self, monkeypatch) -> Systemctl:
-        monkeypatch.setattr(sglang_deploy_state.AnsibleModule, "run_command", lambda _module, args, **kw: self(args, **kw))
-        return self
-
-
 @pytest.fixture(name="systemctl")
 def fixture_systemctl(monkeypatch):
-    return Systemctl().install(monkeypatch)
+    return RunCommand().install(monkeypatch)
 
 
 def run(capsys, check_mode: bool = False, **args):
@@ -288,7 +273,7 @@ def test_stage_in_check_mode_says_it_would_make_the_account_and_runs_nothing(tmp
 
 
 def test_stage_stops_before_any_file_when_the_account_cannot_be_made(tmp_path, capsys, monkeypatch):
-    Systemctl(rc=9).install(monkeypatch)
+    RunCommand(rc=9).install(monkeypatch)
     args = dict(stage_args(tmp_path), account={"user": "inferops-test-no-such-user", "group": "root"})
     rc, result = run_module(sglang_deploy_state.main, capsys, args)[:2]
     assert rc == 1 and result["msg"].startswith("cannot make the service's account: useradd --system")
