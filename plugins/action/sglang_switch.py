@@ -32,7 +32,7 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _mask
-from ansible_collections.inferops.sglang.plugins.plugin_utils._async_job import progress_interval, run_job
+from ansible_collections.inferops.sglang.plugins.plugin_utils._async_job import progress_interval, run_job, task_setting
 from ansible_collections.inferops.sglang.plugins.plugin_utils._async_job import clip as _clip
 from ansible_collections.inferops.sglang.plugins.plugin_utils._async_job import number as _number
 from ansible_collections.inferops.sglang.plugins.plugin_utils import _rotation
@@ -155,9 +155,5 @@ class ActionModule(ActionBase):
 
     def _plan(self, args: dict, task_vars: dict) -> dict:
         """The module in check mode: what a run would do (``would``), the service before it."""
-        saved = self._task.check_mode
-        self._task.check_mode = True
-        try:
+        with task_setting(self._task, "check_mode", True):
             return self._execute_module(module_name=MODULE, module_args=dict(args), task_vars=task_vars)
-        finally:
-            self._task.check_mode = saved

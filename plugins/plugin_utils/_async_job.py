@@ -53,6 +53,7 @@ import json
 import math
 import shlex
 import time
+from contextlib import contextmanager
 
 from ansible import constants as C
 from ansible.errors import AnsibleActionFail, AnsibleError
@@ -140,6 +141,18 @@ def up_to_date(progress: dict, now: float | None, keys=("elapsed",)) -> dict:
         if value is not None:
             moved[key] = value + age
     return moved
+
+
+@contextmanager
+def task_setting(task, name: str, value):
+    """The task's attribute ``name`` set to ``value`` while the block runs (the module calls made
+    meanwhile read it: async_val, check_mode, no_log), then put back whatever happened."""
+    saved = getattr(task, name)
+    setattr(task, name, value)
+    try:
+        yield
+    finally:
+        setattr(task, name, saved)
 
 
 def failed(msg: str) -> dict:
@@ -247,13 +260,8 @@ class AsyncModuleJob:
         """Start the module under async_wrapper, killed after ``limit`` s; the task's own
         async_val is what _execute_module gives async_wrapper, so it is set only meanwhile
         (the task executor would poll the task itself if it stayed set)."""
-        task = self.action._task
-        saved = task.async_val
-        task.async_val = self.limit
-        try:
+        with task_setting(self.action._task, "async_val", self.limit):
             return self.action._execute_module(module_name=self.module_name, module_args=module_args, task_vars=self.task_vars, wrap_async=True)
-        finally:
-            task.async_val = saved
 
     def follow(self, jid: str, async_dir: str, path: str) -> dict:
         """Poll the job until it ends; print a progress line at most every ``interval`` s."""

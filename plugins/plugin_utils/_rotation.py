@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-from contextlib import contextmanager
 from urllib.error import HTTPError
 
 from ansible.module_utils.common.text.converters import to_text
 from ansible.module_utils.urls import open_url
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _mask
+from ansible_collections.inferops.sglang.plugins.plugin_utils._async_job import task_setting
 
 # The sglang_switch options that hold the hooks: never sent to the host's module.
 OPTIONS = {"rotation_out": "out", "rotation_in": "in"}
@@ -62,18 +62,6 @@ def url_result(status: int, codes: list[int], reason: str, secrets: tuple[str, .
     return {"ok": False, "msg": f"HTTP {status} (expected {', '.join(map(str, codes))}): {why}"}
 
 
-@contextmanager
-def hidden(action):
-    """The task's no_log for the module calls made meanwhile: the host's module logs no arguments."""
-    task = action._task  # pylint: disable=protected-access
-    saved = task.no_log
-    task.no_log = True
-    try:
-        yield
-    finally:
-        task.no_log = saved
-
-
 def run_hook(action, task_vars: dict, hook: dict) -> dict:
     """One hook's ``{ok, msg}``; ``action`` is the calling action plugin (its connection runs a
     ``where: host`` hook)."""
@@ -82,7 +70,7 @@ def run_hook(action, task_vars: dict, hook: dict) -> dict:
     if "command" in hook:
         argv = [str(a) for a in hook["command"]]
         if on_host:
-            with hidden(action):
+            with task_setting(action._task, "no_log", True):  # pylint: disable=protected-access
                 res = action._execute_module(module_name="ansible.legacy.command",  # pylint: disable=protected-access
                                              module_args={"argv": argv, "expand_argument_vars": False}, task_vars=task_vars)
             rc = res.get("rc")
@@ -101,7 +89,7 @@ def run_hook(action, task_vars: dict, hook: dict) -> dict:
                 "follow_redirects": "none"}
         if "body" in hook:
             args.update(body=hook["body"], body_format="json")
-        with hidden(action):
+        with task_setting(action._task, "no_log", True):  # pylint: disable=protected-access
             res = action._execute_module(module_name="ansible.legacy.uri", module_args=args,  # pylint: disable=protected-access
                                          task_vars=task_vars)
         return url_result(int(res.get("status", -1)), codes, str(res.get("msg", "")), secrets)
