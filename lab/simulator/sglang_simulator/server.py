@@ -218,6 +218,30 @@ def cuda_graph_hint(release: Release) -> str:
     )
 
 
+def stream_schedule(count: int, accept: float, per_token: float, prefill: float):
+    """A streamed generation's emits: (tokens done, simulated seconds since the request). The first
+    token after the prefill, then one decode step at a time, each adding its accept length of tokens
+    (rounded) at ``per_token`` seconds a token."""
+    done, offset = 1, prefill
+    yield done, offset
+    step = max(1, round(accept))
+    while done < count:
+        added = min(step, count - done)
+        done += added
+        offset += added * per_token
+        yield done, offset
+
+
+def pace(started: float, offset: float, clock=time.monotonic, sleep=time.sleep) -> None:
+    """Wait until ``offset`` seconds after ``started`` (a ``clock`` reading). Paced against the
+    deadline, not by a sleep per step: a step that wakes late (a loaded machine's scheduling, the
+    emit's own work) takes it from the next one, so the simulated speed holds as a GPU's would
+    while the host's CPU is busy, as long as the CPU keeps up at all."""
+    left = started + offset - clock()
+    if left > 0:
+        sleep(left)
+
+
 class Simulator:
     """One simulated server process."""
 
@@ -815,20 +839,15 @@ class Simulator:
         words = [WORDS[(digest[i % len(digest)] + i) % len(WORDS)] for i in range(count)]
         accept, per_token = self._speed()
         started = time.monotonic()
+        scale = self._generation_scale()
         with self.lock:
             self.running += 1
         try:
             if emit is None:
-                self._generation_sleep(count * per_token)
+                pace(started, count * per_token * scale)
             else:
-                self._generation_sleep(self._performance().prefill_seconds)
-                done = 1
-                emit(self._output(prompt, words, done, accept, time.monotonic() - started))
-                step = max(1, round(accept))
-                while done < count:
-                    added = min(step, count - done)
-                    self._generation_sleep(added * per_token)
-                    done += added
+                for done, offset in stream_schedule(count, accept, per_token, self._performance().prefill_seconds):
+                    pace(started, offset * scale)
                     emit(self._output(prompt, words, done, accept, time.monotonic() - started))
         finally:
             with self.lock:
@@ -841,12 +860,10 @@ class Simulator:
                                  emit is not None)
         return self._output(prompt, words, count, accept, round(count * per_token, 4))
 
-    def _generation_sleep(self, seconds: float) -> None:
+    def _generation_scale(self) -> float:
+        """Generations' own time scale (the performance section's), else the host's."""
         scale = self._performance().time_scale
-        if scale is None:
-            self.sleep(seconds)
-        else:
-            time.sleep(max(0.0, seconds * scale))
+        return self._scale() if scale is None else scale
 
     def _performance(self) -> hw.Performance:
         return self.hardware.performance if self.hardware else hw.Performance()
