@@ -1,9 +1,9 @@
 """An explicit version change is the only way to move the toolkit (runs after test_cuda_toolkit.py).
 
 The operator changes cuda_toolkit_package_version: the holds are released, the
-new version installed, pinned and held again, and a second run changes nothing,
-the host manifest included: it finds the same host and leaves the manifest byte
-for byte as it was.
+new version installed, pinned and held again. That a second run after a version
+change changes nothing, the host manifest byte for byte included, is proven once,
+after the move back (test_zz_cuda_toolkit_downgrade.py: one whole provision fewer).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import testinfra
 from test_cuda_toolkit import installed, playbook
 
 HOST = testinfra.get_host("podman://prov-ct129")
-HOST_MANIFEST = "/etc/inferops-sglang/host.json"
 
 
 def test_version_change_moves_the_toolkit_and_holds_it_again():
@@ -25,11 +24,3 @@ def test_version_change_moves_the_toolkit_and_holds_it_again():
     assert "Package: cuda-toolkit-13-0\nPin: version 13.0.2-1" in HOST.file(
         "/etc/apt/preferences.d/inferops-cuda-toolkit.pref").content_string
     assert HOST.check_output("dpkg --get-selections cuda-toolkit-13-0").split() == ["cuda-toolkit-13-0", "hold"]
-
-    manifest = HOST.file(HOST_MANIFEST)
-    checksum, mtime = manifest.sha256sum, manifest.mtime
-    again = playbook("cuda_toolkit_package_version=13.0.2-1")
-    assert again.returncode == 0, again.stdout[-4000:]
-    assert "changed=0" in again.stdout, again.stdout[-4000:]
-    manifest = HOST.file(HOST_MANIFEST)
-    assert (manifest.sha256sum, manifest.mtime) == (checksum, mtime)

@@ -1,7 +1,7 @@
 """The host manifest provision.yml writes (molecule verify, pytest-testinfra;
 after the toolkit tests, before the DDTree ones): root 0644, no secrets. That a
 second run that finds the same host leaves it byte for byte as it was is proven
-by the version change's second run (test_cuda_toolkit_version_change.py), and
+by the second run after the move back (test_zz_cuda_toolkit_downgrade.py), and
 the DDTree cases (test_runtime_and_ddtree.py) check its verdict per build."""
 
 from __future__ import annotations

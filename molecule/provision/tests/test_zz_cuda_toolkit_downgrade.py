@@ -8,7 +8,9 @@ build's failed verdict in the host manifest. The operator names the build with
 ddtree_build_state=absent and sets cuda_toolkit_package_version back to
 13.0.1-1 (the scenario's default): the run provisions cleanly, no build is left
 and the host manifest holds SGLang's own verdict only; the older release is
-installed, and it alone is pinned and held again. A second run changes nothing.
+installed, and it alone is pinned and held again. A second run changes nothing,
+the host manifest included: it finds the same host and leaves the manifest byte
+for byte as it was (the one idempotence check after a version change).
 """
 
 from __future__ import annotations
@@ -63,7 +65,11 @@ def test_explicit_move_back_to_the_older_release(first):
 
 def test_a_second_run_changes_nothing(first):
     _run, packages = first
+    manifest = HOST.file(HOST_MANIFEST)
+    checksum, mtime = manifest.sha256sum, manifest.mtime
     again = playbook(*WAY_BACK)
     assert again.returncode == 0, (again.stdout + again.stderr)[-4000:]
     assert "changed=0" in again.stdout, again.stdout[-4000:]
     assert installed() == packages
+    manifest = HOST.file(HOST_MANIFEST)
+    assert (manifest.sha256sum, manifest.mtime) == (checksum, mtime)
