@@ -246,12 +246,7 @@ class Settings:
         errors = []
         if not self.files:
             errors.append("files: the unit's files are needed, the unit first")
-        for item in self.files:
-            missing = [k for k in ("name", "src", "mode") if not item.get(k)]
-            if missing:
-                errors.append(f"files: {item!r} lacks {', '.join(missing)}")
-            elif "/" in item["name"] or item["name"].startswith("."):
-                errors.append(f"files: {item['name']!r} is not a plain name")
+        errors.extend(file_problems(self.files, "files"))
         if not self.run_id or "/" in self.run_id or self.run_id.startswith("."):
             errors.append(f"run_id must be a plain name, got {self.run_id!r}")
         for name in ("variant", "baseline"):
@@ -272,6 +267,19 @@ class Settings:
 
 def _sha1(data: bytes | None) -> str | None:
     return None if data is None else hashlib.sha1(data).hexdigest()
+
+
+def file_problems(files: list, option: str) -> list[str]:
+    """What is wrong with a list of staged files (name, src, mode each; the name a plain
+    file name): one message per file, naming the option it came in."""
+    errors = []
+    for item in files:
+        missing = [k for k in ("name", "src", "mode") if not (isinstance(item, dict) and item.get(k))]
+        if missing:
+            errors.append(f"each of {option} needs name, src and mode; {item!r} lacks {', '.join(missing)}")
+        elif "/" in item["name"] or item["name"].startswith("."):
+            errors.append(f"each of {option} needs a plain file name; {item['name']!r} is not one")
+    return errors
 
 
 def file_mode(value: str | int) -> int:

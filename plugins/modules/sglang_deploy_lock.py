@@ -251,10 +251,9 @@ def main() -> None:
         module.fail_json(msg="run_id is required (the sglang_deploy_lock action plugin sets it)")
     if p["lease"] <= 0:
         module.fail_json(msg=f"lease must be a positive number of seconds, got {p['lease']}")
-    for item in (p["inspect"] or {}).get("files") or []:
-        missing = [k for k in ("name", "src", "mode") if not item.get(k)]
-        if missing:
-            module.fail_json(msg=f"each of inspect.files needs name, src and mode; {item!r} lacks {', '.join(missing)}")
+    problems = _switch.file_problems((p["inspect"] or {}).get("files") or [], "inspect.files")
+    if problems:
+        module.fail_json(msg="; ".join(problems))
     result = dict(changed=False, acquired=False, run_id=p["run_id"], holder=None, previous=None, taken_over=False,
                   waited=0.0, lost=False)
     try:

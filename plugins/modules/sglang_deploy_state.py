@@ -220,10 +220,9 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
-    for item in p["files"]:
-        missing = [k for k in ("name", "src", "mode") if not item.get(k)]
-        if missing:
-            module.fail_json(msg=f"each of files needs name, src and mode; {item!r} lacks {', '.join(missing)}")
+    problems = _switch.file_problems(p["files"], "files")
+    if problems:
+        module.fail_json(msg="; ".join(problems))
     for item in p["directories"]:
         if not item.get("path") or not (isinstance(item.get("mode"), int) or re.fullmatch(r"0?[0-7]{3,4}", str(item.get("mode")))):
             module.fail_json(msg=f"each of directories needs path and an octal mode; got {item!r}")

@@ -1297,3 +1297,17 @@ def test_the_drain_and_the_benchmark_send_the_key_only_to_the_units_own_listener
         unit_process.wait()
         server.shutdown()
         server.server_close()
+
+
+def test_staged_files_each_need_name_src_and_mode_and_a_plain_name():
+    """One check of the staged files for the switch's settings, the lock's inspect and the stage step."""
+    good = {"name": "sglang-qwen.service", "src": "/etc/systemd/system/sglang-qwen.service", "mode": "0644"}
+    assert _switch.file_problems([good], "files") == []
+    problems = _switch.file_problems([good, {"name": "x.yaml", "src": "/etc/x.yaml"}, dict(good, name="../unit"),
+                                      "text"], "inspect.files")
+    assert problems == [
+        "each of inspect.files needs name, src and mode; {'name': 'x.yaml', 'src': '/etc/x.yaml'} lacks mode",
+        "each of inspect.files needs a plain file name; '../unit' is not one",
+        "each of inspect.files needs name, src and mode; 'text' lacks name, src, mode",
+    ]
+    assert settings(files=[dict(good, name="a/b")]).problems()[0] == "each of files needs a plain file name; 'a/b' is not one"
