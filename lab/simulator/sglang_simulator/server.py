@@ -218,6 +218,11 @@ def cuda_graph_hint(release: Release) -> str:
     )
 
 
+# How close a late decode step's successors may follow each other while they catch up with their
+# deadlines: a fraction of one step's own time (paced()).
+CATCH_UP_GAP = 0.5
+
+
 def stream_schedule(count: int, accept: float, per_token: float, prefill: float):
     """A streamed generation's emits: (tokens done, simulated seconds since the request). The first
     token after the prefill, then one decode step at a time, each adding its accept length of tokens
@@ -235,11 +240,26 @@ def stream_schedule(count: int, accept: float, per_token: float, prefill: float)
 def pace(started: float, offset: float, clock=time.monotonic, sleep=time.sleep) -> None:
     """Wait until ``offset`` seconds after ``started`` (a ``clock`` reading). Paced against the
     deadline, not by a sleep per step: a step that wakes late (a loaded machine's scheduling, the
-    emit's own work) takes it from the next one, so the simulated speed holds as a GPU's would
+    emit's own work) takes it from the next ones, so the simulated speed holds as a GPU's would
     while the host's CPU is busy, as long as the CPU keeps up at all."""
     left = started + offset - clock()
     if left > 0:
         sleep(left)
+
+
+def paced(schedule, started: float, scale: float = 1.0, clock=time.monotonic, sleep=time.sleep):
+    """Each of ``schedule``'s emits (``stream_schedule``) when it is due, its simulated offset times
+    ``scale`` after ``started``: yields the tokens done. Steps behind a late one catch up at most
+    ``CATCH_UP_GAP`` of their own time apart, never together: a GPU's decode steps do not arrive at
+    once, and a burst would read as an inter-token latency of zero."""
+    last = previous = None
+    for done, offset in schedule:
+        due = offset * scale
+        if last is not None:
+            due = max(due, last - started + CATCH_UP_GAP * (offset - previous) * scale)
+        pace(started, due, clock, sleep)
+        last, previous = clock(), offset
+        yield done
 
 
 class Simulator:
@@ -846,8 +866,8 @@ class Simulator:
             if emit is None:
                 pace(started, count * per_token * scale)
             else:
-                for done, offset in stream_schedule(count, accept, per_token, self._performance().prefill_seconds):
-                    pace(started, offset * scale)
+                schedule = stream_schedule(count, accept, per_token, self._performance().prefill_seconds)
+                for done in paced(schedule, started, scale):
                     emit(self._output(prompt, words, done, accept, time.monotonic() - started))
         finally:
             with self.lock:
