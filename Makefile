@@ -21,6 +21,13 @@ $(SANITY_VENV)/.stamp: requirements.txt
 	cp tests/sanity/get_pip_offline.py ~/.ansible/test/cache/get_pip_24_2.py
 	touch $@
 
+# The gateway the collection pins (_gateway.PINNED), for the tests that run it.
+GATEWAY_VENV := .cache/gateway-venv
+GATEWAY_VERSION := $(shell sed -n 's/^PINNED = "\(.*\)"$$/\1/p' plugins/module_utils/_gateway.py)
+$(GATEWAY_VENV)/.stamp: plugins/module_utils/_gateway.py
+	mkdir -p .cache
+	.ci/timed gateway-venv .ci/venv.sh $(GATEWAY_VENV) smg==$(GATEWAY_VERSION)
+
 setup: $(VENV)/.stamp
 	.ci/timed setup-machine lab/setup-machine.sh
 	.ci/timed lab-image lab/image/build.sh >/dev/null
@@ -116,13 +123,13 @@ sanity: $(SANITY_VENV)/.stamp
 
 ## Three workers, each a file at a time (a module's fixtures are built once).
 UNIT_WORKERS ?= 3
-units: $(VENV)/.stamp
+units: $(VENV)/.stamp $(GATEWAY_VENV)/.stamp
 	.ci/timed units python -m pytest -n $(UNIT_WORKERS) --dist loadfile --durations=20 tests/unit
 
 ## The collection's claims checked against real SGLang 0.5.11 and 0.5.23 on CPU,
 ## in two workers (tests/conformance/conftest.py: which cases share one).
 CONFORMANCE_WORKERS ?= 2
-conformance: $(VENV)/.stamp real
+conformance: $(VENV)/.stamp $(GATEWAY_VENV)/.stamp real
 	.ci/timed conformance python -m pytest -n $(CONFORMANCE_WORKERS) --dist loadscope --durations=20 tests/conformance
 
 ## molecule/real mounts the real venv, stub and model from INFEROPS_REAL_ROOT.

@@ -22,15 +22,17 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import time
 
 import pytest
 
 from real_gate import (KEY, LOAD_DEADLINE, POLL_SLACK, GateThread, assert_drains_a_real_generation, assert_ready,
                        assert_the_simulators_metrics_are_real, note, requests_for, run_gate, scheduler_of, servers, timed)
-from real_sglang import ExitClock, RealServer, free_port, model_max
+from real_sglang import REPO, ExitClock, RealServer, free_port, model_max
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _bench
+from ansible_collections.inferops.sglang.plugins.module_utils import _gateway
 from ansible_collections.inferops.sglang.plugins.module_utils import _http
 from ansible_collections.inferops.sglang.plugins.module_utils import _readiness as r
 from ansible_collections.inferops.sglang.plugins.module_utils import _watchdog
@@ -128,6 +130,36 @@ def test_the_benchmark_reads_real_sglangs_stream_0_5_11(shared):
     assert figures["tpot_p50"] >= 0 and figures["itl_p50"] >= 0
     note("bench 0.5.11", seconds=result["seconds"], tokens_per_s=figures["output_tokens_per_s"],
          ttft_p95=figures["ttft_p95"], itl_p50=figures["itl_p50"])
+
+
+def test_the_real_gateway_routes_to_a_real_server_then_lets_it_go_0_5_11(shared, tmp_path):
+    """The gateway (smg, _gateway.PINNED) in front of real SGLang 0.5.11 with an API key, as a
+    switch drives it (_gateway): registered with the server's key, routed to once the gateway
+    lists it ready (it probes the real /v1/models and server info), a generation through it with
+    the key and none without, then removed: listed as draining, gone after the settle time, and
+    the gateway not ready again."""
+    assert shared.wait_for_line("The server is fired up and ready to roll!", LOAD_DEADLINE)
+    sys.path.insert(0, str(REPO / "tests" / "unit"))
+    try:
+        from sim_helpers import GatewayProcess  # noqa: E402 - the unit tests' gateway runner
+    finally:
+        sys.path.remove(str(REPO / "tests" / "unit"))
+    process = GatewayProcess(REPO / ".cache" / "gateway-venv" / "bin" / "python", tmp_path, "control-" + KEY, KEY)
+    try:
+        gw = _gateway.Gateway(process.client("control-" + KEY))
+        worker_id = gw.add(shared.url, KEY)
+        ready = gw.wait_ready(shared.url, timeout=60)
+        body = {"text": "The capital of France is", "sampling_params": {"max_new_tokens": 4, "temperature": 0}}
+        served = process.client(KEY).call("POST", "/generate", body)
+        assert served.status == 200 and served.body["meta_info"]["completion_tokens"] == 4, served.body
+        assert process.client(None).call("POST", "/generate", body).status == 401
+        assert gw.remove(worker_id) is True
+        assert [w["status"] for w in gw.workers()] == ["draining"]
+        gone = gw.wait_gone(worker_id, timeout=30)
+        assert gw.readiness().status == 503
+    finally:
+        process.stop()
+    note("gateway 0.5.11", ready=ready["seconds"], gone=gone)
 
 
 # -- 4. the port already held by another real server ------------------------------

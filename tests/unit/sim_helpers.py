@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -161,3 +162,44 @@ def run_local_play(tmp_path: Path, play: list) -> tuple[int, str]:
                            "local", "play.yml"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
                           check=False)
     return proc.returncode, proc.stdout + proc.stderr
+
+
+class GatewayProcess:
+    """The real gateway (smg, from ``python``'s venv) as its unit runs it: ``_gateway``'s launcher with
+    ``command``'s arguments and its keys in a credentials directory under ``directory``."""
+
+    MODULE = "ansible_collections.inferops.sglang.plugins.module_utils._gateway"
+
+    def __init__(self, python: Path, directory: Path, control_key: str, api_key: str | None = None,
+                 extra: tuple[str, ...] = ()) -> None:
+        from ansible_collections.inferops.sglang.plugins.module_utils import _gateway
+
+        assert python.exists(), f"no gateway venv at {python}: make units and make conformance build it"
+        credentials = directory / "credentials"
+        credentials.mkdir(parents=True)
+        (credentials / "control-key").write_text(control_key + "\n")
+        if api_key:
+            (credentials / "api-key").write_text(api_key + "\n")
+        self.port, self.metrics = free_port(), free_port()
+        self.log = directory / "gateway.log"
+        env = dict(os.environ, CREDENTIALS_DIRECTORY=str(credentials), PYTHONPATH=str(REPO / "collections"))
+        self.proc = subprocess.Popen([str(python), "-m", self.MODULE, *_gateway.command("127.0.0.1", self.port, self.metrics), *extra],
+                                     env=env, stdout=self.log.open("w"), stderr=subprocess.STDOUT)
+        self.url = f"http://127.0.0.1:{self.port}"
+        deadline = time.monotonic() + 30
+        while _gateway.Gateway(self.client(control_key)).readiness().kind != "http":
+            assert self.proc.poll() is None and time.monotonic() < deadline, self.output()
+            time.sleep(0.05)
+
+    def client(self, key: str | None):
+        from ansible_collections.inferops.sglang.plugins.module_utils._http import Client
+
+        return Client(self.url, key, True, 30)
+
+    def output(self) -> str:
+        return re.sub(r"\x1b\[[0-9;]*m", "", self.log.read_text(encoding="utf-8", errors="replace"))
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
