@@ -165,14 +165,14 @@ def run_local_play(tmp_path: Path, play: list) -> tuple[int, str]:
 
 
 class GatewayProcess:
-    """The real gateway (smg, from ``python``'s venv) as its unit runs it: ``_gateway``'s launcher with
+    """The real gateway (smg, from ``python``'s venv) as its unit runs it: ``_gateway_launch`` with
     ``command``'s arguments and its keys in a credentials directory under ``directory``."""
 
-    MODULE = "ansible_collections.inferops.sglang.plugins.module_utils._gateway"
+    MODULE = "ansible_collections.inferops.sglang.plugins.module_utils._gateway_launch"
 
     def __init__(self, python: Path, directory: Path, control_key: str, api_key: str | None = None,
                  extra: tuple[str, ...] = ()) -> None:
-        from ansible_collections.inferops.sglang.plugins.module_utils import _gateway
+        from ansible_collections.inferops.sglang.plugins.module_utils import _gateway, _gateway_launch
 
         assert python.exists(), f"no gateway venv at {python}: make units and make conformance build it"
         credentials = directory / "credentials"
@@ -183,7 +183,7 @@ class GatewayProcess:
         self.port, self.metrics = free_port(), free_port()
         self.log = directory / "gateway.log"
         env = dict(os.environ, CREDENTIALS_DIRECTORY=str(credentials), PYTHONPATH=str(REPO / "collections"))
-        self.proc = subprocess.Popen([str(python), "-m", self.MODULE, *_gateway.command("127.0.0.1", self.port, self.metrics), *extra],
+        self.proc = subprocess.Popen([str(python), "-m", self.MODULE, *_gateway_launch.command("127.0.0.1", self.port, self.metrics), *extra],
                                      env=env, stdout=self.log.open("w"), stderr=subprocess.STDOUT)
         self.url = f"http://127.0.0.1:{self.port}"
         deadline = time.monotonic() + 30

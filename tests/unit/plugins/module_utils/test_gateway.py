@@ -1,9 +1,10 @@
-"""_gateway: the real gateway (smg, the version _gateway.PINNED, from the venv `make units` builds
+"""_gateway and _gateway_launch: the real gateway (smg, the version _gateway.PINNED, from the venv `make units` builds
 at .cache/gateway-venv) in front of the lab's simulated SGLang servers; its waits on a scripted
 gateway and an injected clock."""
 
 from __future__ import annotations
 
+import ast
 import http.client
 import json
 import os
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 from sim_helpers import LAB, MODEL, NEXTN, REPO, GatewayProcess, free_port
 
-from ansible_collections.inferops.sglang.plugins.module_utils import _gateway
+from ansible_collections.inferops.sglang.plugins.module_utils import _gateway, _gateway_launch
 from ansible_collections.inferops.sglang.plugins.module_utils._http import Response
 
 GATEWAY_PYTHON = Path(os.environ.get("INFEROPS_GATEWAY_VENV", REPO / ".cache" / "gateway-venv")) / "bin" / "python"
@@ -191,15 +192,15 @@ def test_the_launcher_refuses_a_missing_or_unusable_key_before_smg_starts(tmp_pa
     for name, value in files.items():
         (tmp_path / name).write_text(value)
     started = []
-    with pytest.raises((_gateway.GatewayError, FileNotFoundError), match=error):
-        _gateway.launch(["launch"], {"CREDENTIALS_DIRECTORY": str(tmp_path)}, started.append)
-    with pytest.raises(_gateway.GatewayError, match="no \\$CREDENTIALS_DIRECTORY"):
-        _gateway.launch(["launch"], {}, started.append)
+    with pytest.raises((_gateway_launch.LaunchError, FileNotFoundError), match=error):
+        _gateway_launch.launch(["launch"], {"CREDENTIALS_DIRECTORY": str(tmp_path)}, started.append)
+    with pytest.raises(_gateway_launch.LaunchError, match="no \\$CREDENTIALS_DIRECTORY"):
+        _gateway_launch.launch(["launch"], {}, started.append)
     assert started == []
 
 
 def test_the_units_entry_exits_1_with_the_cause_when_a_key_is_missing(tmp_path):
-    done = subprocess.run([str(GATEWAY_PYTHON), "-m", GatewayProcess.MODULE, *_gateway.command("127.0.0.1", free_port(), free_port())],
+    done = subprocess.run([str(GATEWAY_PYTHON), "-m", GatewayProcess.MODULE, *_gateway_launch.command("127.0.0.1", free_port(), free_port())],
                           env=dict(os.environ, CREDENTIALS_DIRECTORY=str(tmp_path), PYTHONPATH=str(REPO / "collections")),
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 1 and done.stderr.startswith("inferops gateway launcher: [Errno 2] No such file or directory")
@@ -267,3 +268,12 @@ def test_the_pinned_gateway_is_the_one_tested():
     out = subprocess.run([str(GATEWAY_PYTHON), "-c", "import importlib.metadata as m; print(m.version('smg'))"],
                          capture_output=True, text=True, check=True).stdout.strip()
     assert out == _gateway.PINNED, f"the test venv has smg {out}, the collection pins {_gateway.PINNED}"
+
+
+def test_the_launcher_needs_nothing_but_the_standard_library_and_smg():
+    """A gateway host gets this one file besides the gateway's venv: it imports no other module of the
+    collection, nor anything outside the standard library but smg itself."""
+    tree = ast.parse(Path(_gateway_launch.__file__).read_text())
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    assert imported == {"__future__", "os", "sys", "smg"}
