@@ -21,12 +21,13 @@ $(SANITY_VENV)/.stamp: requirements.txt
 	cp tests/sanity/get_pip_offline.py ~/.ansible/test/cache/get_pip_24_2.py
 	touch $@
 
-# The gateway the collection pins (_gateway.PINNED), for the tests that run it.
+# The gateway the collection pins (_gateway.PINNED), for the tests that run it, with its
+# dependencies locked (lab/gateway-constraints.txt).
 GATEWAY_VENV := .cache/gateway-venv
 GATEWAY_VERSION := $(shell sed -n 's/^PINNED = "\(.*\)"$$/\1/p' plugins/module_utils/_gateway.py)
-$(GATEWAY_VENV)/.stamp: plugins/module_utils/_gateway.py
+$(GATEWAY_VENV)/.stamp: plugins/module_utils/_gateway.py lab/gateway-constraints.txt
 	mkdir -p .cache
-	.ci/timed gateway-venv .ci/venv.sh $(GATEWAY_VENV) smg==$(GATEWAY_VERSION)
+	.ci/timed gateway-venv .ci/venv.sh $(GATEWAY_VENV) -c lab/gateway-constraints.txt smg==$(GATEWAY_VERSION)
 
 setup: $(VENV)/.stamp
 	.ci/timed setup-machine lab/setup-machine.sh

@@ -268,6 +268,8 @@ def test_the_pinned_gateway_is_the_one_tested():
     out = subprocess.run([str(GATEWAY_PYTHON), "-c", "import importlib.metadata as m; print(m.version('smg'))"],
                          capture_output=True, text=True, check=True).stdout.strip()
     assert out == _gateway.PINNED, f"the test venv has smg {out}, the collection pins {_gateway.PINNED}"
+    locked = [line for line in (REPO / "lab" / "gateway-constraints.txt").read_text().splitlines() if line.startswith("smg==")]
+    assert locked == [f"smg=={_gateway.PINNED}"]
 
 
 def test_the_launcher_needs_nothing_but_the_standard_library_and_smg():
