@@ -7,10 +7,10 @@
 # the time each scenario took (also printed as each scenario ends; each of its steps'
 # times go to the suite's table, .ci/molecule-steps.py). A scenario in no lane, or in two, is an error:
 # none is left out unseen. A lane's item make:TARGET runs `make TARGET` there
-# instead (make test runs the conformance tests in the lane beside deploy's).
+# instead (make test runs the conformance tests last in the second lane).
 #
 #   .ci/molecule-lanes.sh deploy,lab,real provision,fleet
-#   .ci/molecule-lanes.sh deploy,lab,real make:conformance,provision,fleet
+#   .ci/molecule-lanes.sh deploy,lab,real provision,fleet,make:conformance
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mapfile -t all < <(for f in molecule/*/molecule.yml; do basename "$(dirname "$f")"; done | sort)
