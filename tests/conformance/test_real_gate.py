@@ -132,6 +132,19 @@ def test_the_benchmark_reads_real_sglangs_stream_0_5_11(shared):
          ttft_p95=figures["ttft_p95"], itl_p50=figures["itl_p50"])
 
 
+GATEWAY_PYTHON = REPO / ".cache" / "gateway-venv" / "bin" / "python"
+
+
+def unit_helpers():
+    """The unit tests' helpers module (sim_helpers: the gateway's runner and its clients)."""
+    sys.path.insert(0, str(REPO / "tests" / "unit"))
+    try:
+        import sim_helpers  # noqa: E402  pylint: disable=import-outside-toplevel
+    finally:
+        sys.path.remove(str(REPO / "tests" / "unit"))
+    return sim_helpers
+
+
 def test_the_real_gateway_routes_to_a_real_server_then_lets_it_go_0_5_11(shared, tmp_path):
     """The gateway (smg, _gateway.PINNED) in front of real SGLang 0.5.11 with an API key, as a
     switch drives it (_gateway): registered with the server's key, routed to once the gateway
@@ -139,12 +152,7 @@ def test_the_real_gateway_routes_to_a_real_server_then_lets_it_go_0_5_11(shared,
     the key and none without, then removed: listed as draining, gone after the settle time, and
     the gateway not ready again."""
     assert shared.wait_for_line("The server is fired up and ready to roll!", LOAD_DEADLINE)
-    sys.path.insert(0, str(REPO / "tests" / "unit"))
-    try:
-        from sim_helpers import GatewayProcess  # noqa: E402 - the unit tests' gateway runner
-    finally:
-        sys.path.remove(str(REPO / "tests" / "unit"))
-    process = GatewayProcess(REPO / ".cache" / "gateway-venv" / "bin" / "python", tmp_path, "control-" + KEY, KEY)
+    process = unit_helpers().GatewayProcess(GATEWAY_PYTHON, tmp_path, "control-" + KEY, KEY)
     try:
         gw = _gateway.Gateway(process.client("control-" + KEY))
         worker_id = gw.add(shared.url, KEY)
@@ -160,6 +168,37 @@ def test_the_real_gateway_routes_to_a_real_server_then_lets_it_go_0_5_11(shared,
     finally:
         process.stop()
     note("gateway 0.5.11", ready=ready["seconds"], gone=gone)
+
+
+def test_blue_green_through_the_real_gateway_costs_clients_nothing_0_5_11(shared, servers, tmp_path):
+    """The blue/green order on two real 0.5.11 servers behind the real gateway: the new one started
+    beside the live one, added and routed to before the live one is removed. Short requests sent all
+    along all succeed, and a stream on the live server in flight at the cut runs to its end."""
+    assert shared.wait_for_line("The server is fired up and ready to roll!", LOAD_DEADLINE)
+    new = servers("0.5.11", "--api-key", KEY, "--enable-metrics")
+    helpers = unit_helpers()
+    process = helpers.GatewayProcess(GATEWAY_PYTHON, tmp_path, "control-" + KEY, KEY)
+    try:
+        gw = _gateway.Gateway(process.client("control-" + KEY))
+        live = gw.add(shared.url, KEY)
+        gw.wait_ready(shared.url, timeout=60)
+        assert new.wait_for_line("The server is fired up and ready to roll!", LOAD_DEADLINE), new.text()[-2000:]
+        traffic = helpers.GatewayTraffic(process.port, 600, KEY)
+        try:
+            gw.add(new.url, KEY)
+            ready = gw.wait_ready(new.url, timeout=60)
+            assert gw.remove(live) is True
+            cut = time.monotonic()
+            gone = gw.wait_gone(live, timeout=30)
+        finally:
+            traffic.stop()
+        assert traffic.stream_ended > cut  # in flight on the live server at the cut
+        assert traffic.stream == {"status": 200, "tokens": 600}
+        assert len(traffic.answers) >= 5 and set(traffic.answers) == {200}, traffic.answers
+        assert [w["url"] for w in gw.workers()] == [new.url]
+    finally:
+        process.stop()
+    note("blue/green 0.5.11", requests=len(traffic.answers), failed=0, ready=ready["seconds"], gone=gone)
 
 
 # -- 4. the port already held by another real server ------------------------------

@@ -4,12 +4,14 @@ a handle on a simulator process and the field story's command lines
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -203,3 +205,58 @@ class GatewayProcess:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
+
+
+def through_gateway(port: int, tokens: int, stream: bool = False, key: str | None = None) -> dict:
+    """One /generate through a gateway on ``port``: its status and, streamed, the tokens that arrived
+    (``ignore_eos``: a real model generates exactly ``tokens``)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    body = {"text": "Once upon a time", "stream": stream, "sampling_params": {"max_new_tokens": tokens, "ignore_eos": True}}
+    try:
+        conn.request("POST", "/generate", json.dumps(body), headers)
+        resp = conn.getresponse()
+        if not stream:
+            resp.read()
+            return {"status": resp.status}
+        last = None
+        for line in resp:
+            if line.startswith(b"data:") and b"[DONE]" not in line:
+                last = json.loads(line[5:])
+        return {"status": resp.status, "tokens": last["meta_info"]["completion_tokens"] if last else 0}
+    except (OSError, http.client.HTTPException) as exc:
+        return {"status": None, "error": repr(exc)}
+    finally:
+        conn.close()
+
+
+class GatewayTraffic:
+    """Clients of a gateway while a switch runs behind it: one long stream, started first, and short
+    requests one after another until ``stop``. ``answers``: each short request's status; ``stream``:
+    the stream's status and tokens; ``stream_ended``: when it ended (time.monotonic)."""
+
+    def __init__(self, port: int, stream_tokens: int, key: str | None = None) -> None:
+        self.port, self.key, self.answers, self.stream, self.stream_ended = port, key, [], {}, None
+        self._stop = threading.Event()
+        self._streaming = threading.Thread(target=self._stream, args=(stream_tokens,))
+        self._short = threading.Thread(target=self._requests)
+        self._streaming.start()
+        self._short.start()
+
+    def _stream(self, tokens: int) -> None:
+        self.stream.update(through_gateway(self.port, tokens, True, self.key))
+        self.stream_ended = time.monotonic()
+
+    def _requests(self) -> None:
+        while not self._stop.is_set():
+            self.answers.append(through_gateway(self.port, 2, False, self.key)["status"])
+
+    def stop(self, more: int = 5, timeout: float = 120) -> None:
+        """Wait for the stream's end and ``more`` short answers after this call, then stop."""
+        deadline = time.monotonic() + timeout
+        self._streaming.join(timeout=timeout)
+        after = len(self.answers)
+        while len(self.answers) < after + more and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self._stop.set()
+        self._short.join(timeout=timeout)

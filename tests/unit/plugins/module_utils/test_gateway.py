@@ -5,16 +5,14 @@ gateway and an injected clock."""
 from __future__ import annotations
 
 import ast
-import http.client
 import json
 import os
 import subprocess
-import threading
 import time
 from pathlib import Path
 
 import pytest
-from sim_helpers import LAB, MODEL, NEXTN, REPO, GatewayProcess, free_port
+from sim_helpers import LAB, MODEL, NEXTN, REPO, GatewayProcess, GatewayTraffic, free_port, through_gateway
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _gateway, _gateway_launch
 from ansible_collections.inferops.sglang.plugins.module_utils._http import Response
@@ -48,27 +46,6 @@ def serving(launch, gpus: str = "0,2", **kwargs):
     return server
 
 
-def generate(port: int, tokens: int, stream: bool = False) -> dict:
-    """One request through the gateway: its status and, streamed, the tokens that arrived."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    try:
-        conn.request("POST", "/generate", json.dumps({"text": "hi", "stream": stream, "sampling_params": {"max_new_tokens": tokens}}),
-                     {"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        if not stream:
-            resp.read()
-            return {"status": resp.status}
-        last = None
-        for line in resp:
-            if line.startswith(b"data:") and b"[DONE]" not in line:
-                last = json.loads(line[5:])
-        return {"status": resp.status, "tokens": last["meta_info"]["completion_tokens"] if last else 0}
-    except (OSError, http.client.HTTPException) as exc:
-        return {"status": None, "error": repr(exc)}
-    finally:
-        conn.close()
-
-
 def test_a_worker_is_routed_to_once_the_gateway_lists_it_ready(gateway, launch):
     gw, process = gateway()
     port = process.port
@@ -78,7 +55,7 @@ def test_a_worker_is_routed_to_once_the_gateway_lists_it_ready(gateway, launch):
     worker_id = gw.add(url + "/")  # sent without the slash: the gateway would take U and U/ as two workers
     ready = gw.wait_ready(url, timeout=30)
     assert ready["worker"] == {"id": worker_id, "url": url, "status": "ready", "healthy": True}
-    assert generate(port, 4)["status"] == 200
+    assert through_gateway(port, 4)["status"] == 200
     # asked again (a switch re-run after its controller was killed): the same worker, not a second one
     assert gw.add(url) == worker_id and [w["id"] for w in gw.workers()] == [worker_id]
 
@@ -93,34 +70,22 @@ def test_new_worker_first_then_the_old_one_out_costs_clients_nothing(gateway, la
     new = serving(launch, gpus="3,4")  # beside the old one, on GPUs it does not use
     old_id = gw.add(f"http://127.0.0.1:{old.port}")
     gw.wait_ready(f"http://127.0.0.1:{old.port}", timeout=30)
-    in_flight: dict = {}
-    streaming = threading.Thread(target=lambda: in_flight.update(generate(port, 1000, stream=True)))
-    streaming.start()
-    answers, stop = [], threading.Event()
-
-    def clients():
-        while not stop.is_set():
-            answers.append(generate(port, 2)["status"])
-
-    load = threading.Thread(target=clients)
-    load.start()
+    traffic = GatewayTraffic(port, 1000)
     try:
         gw.add(f"http://127.0.0.1:{new.port}")
         gw.wait_ready(f"http://127.0.0.1:{new.port}", timeout=30)
         assert gw.remove(old_id) is True
+        cut = time.monotonic()
         gone = gw.wait_gone(old_id, timeout=30)
-        streaming.join(timeout=60)
-        old.proc.kill()
-        old.proc.wait()
-        after = len(answers)
-        while len(answers) < after + 5:
-            time.sleep(0.05)
     finally:
-        stop.set()
-        load.join(timeout=60)
+        traffic.stop()
+    old.proc.kill()
+    old.proc.wait()
+    assert traffic.stream_ended > cut  # in flight on the old server at the cut
     assert gone >= 1.0  # listed as draining for the gateway's settle time (5 s in 1.13.0) first
-    assert in_flight == {"status": 200, "tokens": 1000}
-    assert len(answers) > 10 and set(answers) == {200}, answers
+    assert traffic.stream == {"status": 200, "tokens": 1000}
+    assert len(traffic.answers) > 10 and set(traffic.answers) == {200}, traffic.answers
+    assert through_gateway(port, 2)["status"] == 200  # the new server serves alone
     assert gw.remove(old_id) is False  # already gone
 
 
