@@ -22,8 +22,8 @@ from __future__ import annotations
 import os
 import sys
 
-# SGLang's /health is one real generation with a 20 s limit (0.5.11 and 0.5.23
-# srt/entrypoints/http_server.py: HEALTH_CHECK_TIMEOUT): smg's 5 s default would mark a busy,
+# SGLang's /health is one real generation with a 20 s limit (HEALTH_CHECK_TIMEOUT, read in the
+# real wheels: 0.5.11 srt/entrypoints/http_server.py:185, 0.5.23 :218): smg's 5 s default would mark a busy,
 # healthy worker dead. The rest are smg 1.13.0's defaults but for the interval (60 s there).
 HEALTH = dict(timeout=25, interval=10, failure_threshold=3, success_threshold=2, endpoint="/health")
 CONTROL_KEY_ID = "inferops"

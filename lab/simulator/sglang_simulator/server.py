@@ -304,8 +304,7 @@ class Simulator:
 
     # -- time -----------------------------------------------------------------
     def sleep(self, seconds: float) -> None:
-        scale = self.hardware.time_scale if self.hardware else 1.0
-        time.sleep(max(0.0, seconds * scale))
+        time.sleep(max(0.0, seconds * self._scale()))
 
     # -- ways to end ----------------------------------------------------------
     def die(self, traceback_text: str, rank: int = 0) -> None:
