@@ -120,6 +120,19 @@ class Gateway:
         """``GET /readiness``: 200 once the gateway has a healthy worker, else 503 with its reason."""
         return self.client.call("GET", "/readiness", auth=False)
 
+    def wait_up(self, timeout: float, interval: float = 0.25) -> float:
+        """Wait until the gateway answers its ``/liveness`` (it listens; it may have no worker yet);
+        the seconds it took."""
+        started = self.clock()
+        while True:
+            resp = self.client.call("GET", "/liveness", auth=False)
+            if resp.status == 200:
+                return round(self.clock() - started, 2)
+            waited = self.clock() - started
+            if waited >= timeout:
+                raise GatewayError(f"the gateway did not answer /liveness within {timeout:g} s: {_said(resp)}")
+            self.sleep(min(interval, timeout - waited))
+
     def wait_ready(self, url: str, timeout: float, interval: float = 0.25) -> dict:
         """Wait until the gateway lists the worker at ``url`` as ready and healthy and its own
         readiness is 200: then it routes to it. Returns the worker and the seconds it took; a

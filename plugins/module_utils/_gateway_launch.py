@@ -2,8 +2,10 @@
 # Copyright (c) inferops.sglang contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The gateway unit's launcher: starts SGLang's gateway (``smg``, ``_gateway.PINNED``) in its own
-venv with its keys, and the command line it runs with. Standard library only: a gateway host needs
-this one file besides the venv (``python -m ...module_utils._gateway_launch launch ARGS``).
+venv with its keys and its workers, and the command line it runs with. It runs from the
+collection's code installed on the host (``_host_code``: this file and the module_utils it
+imports, standard library only) by the gateway venv's Python:
+``python -s -m ...module_utils._gateway_launch ARGS`` (``command``'s).
 
 The gateway's keys never reach its command line: smg reads them only from
 flags (``--api-key``, ``--control-plane-api-keys``; no environment variable,
@@ -15,18 +17,31 @@ name the routing mode and policy only; checked at ``--log-level debug``).
 By default smg binds its Prometheus listener on 0.0.0.0:29000 with no
 authentication (its own start-up "SECURITY POSTURE" warning says so):
 ``command`` binds it to loopback on a port of the service's own.
+
+smg keeps its workers in memory only: a gateway restarted (a crash, a reboot) would route to
+nothing. The switch writes the live workers to a file the unit is handed as the credential
+``workers``; ``launch`` registers them once smg answers, from a thread beside smg's own
+``main``, so a restarted gateway routes again without a deploy.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+import threading
+
+from ansible_collections.inferops.sglang.plugins.module_utils import _credentials
+from ansible_collections.inferops.sglang.plugins.module_utils import _gateway
+from ansible_collections.inferops.sglang.plugins.module_utils import _http
 
 # SGLang's /health is one real generation with a 20 s limit (HEALTH_CHECK_TIMEOUT, read in the
 # real wheels: 0.5.11 srt/entrypoints/http_server.py:185, 0.5.23 :218): smg's 5 s default would mark a busy,
 # healthy worker dead. The rest are smg 1.13.0's defaults but for the interval (60 s there).
 HEALTH = dict(timeout=25, interval=10, failure_threshold=3, success_threshold=2, endpoint="/health")
 CONTROL_KEY_ID = "inferops"
+# How long the registration thread waits for smg to answer after its start
+REGISTER_TIMEOUT = 120.0
 
 
 class LaunchError(Exception):
@@ -56,18 +71,75 @@ def _credential(directory: str, name: str) -> str:
     return value
 
 
-def launch(argv: list[str], environ: dict, smg_main) -> None:
-    """Run smg (``smg_main``: ``smg.cli.main``) with ``argv`` (``command``'s) and the keys from
-    ``$CREDENTIALS_DIRECTORY``: ``control-key`` (the worker API, required) and ``api-key`` (the
-    serving routes and the workers behind them, when present)."""
+def workers_of(text: str) -> list[str]:
+    """The worker URLs of a workers file (``{"workers": [URL, ...]}``, as the switch writes it)."""
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise LaunchError(f"the credential workers is not JSON: {exc}") from None
+    urls = doc.get("workers") if isinstance(doc, dict) else None
+    if not isinstance(urls, list) or not all(isinstance(u, str) and u.startswith(("http://", "https://")) for u in urls):
+        raise LaunchError(f"the credential workers must be {{\"workers\": [URL, ...]}}, got {text[:200]!r}")
+    return [_gateway.worker_url(u) for u in urls]
+
+
+def own_url(argv: list[str]) -> str:
+    """Where this host reaches the gateway ``argv`` starts: its --host (loopback for a wildcard) and --port."""
+    def flag(name: str, default: str) -> str:
+        return argv[argv.index(name) + 1] if name in argv[:-1] else default
+    host = flag("--host", "127.0.0.1")
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+    return f"http://{'[' + host + ']' if ':' in host else host}:{flag('--port', '30000')}"
+
+
+def register(gateway: _gateway.Gateway, workers: list[str], api_key: str | None, timeout: float) -> list[str]:
+    """Once the gateway answers, add each of ``workers`` (already listed ones keep their id); their ids."""
+    gateway.wait_up(timeout)
+    return [gateway.add(url, api_key) for url in workers]
+
+
+def _register_in_background(url: str, control_key: str, workers: list[str], api_key: str | None) -> None:
+    try:
+        ids = register(_gateway.Gateway(_http.Client(url, control_key, True, 10)), workers, api_key, REGISTER_TIMEOUT)
+    except (_gateway.GatewayError, ValueError) as exc:
+        sys.stderr.write(f"inferops gateway launcher: the workers were not registered: {exc}\n")
+    else:
+        sys.stderr.write(f"inferops gateway launcher: registered {len(ids)} worker(s): {', '.join(workers)}\n")
+
+
+def launch(argv: list[str], environ: dict, smg_main, start_thread=None) -> None:
+    """Run smg (``smg_main``: ``smg.cli.main``) with ``argv`` (``command``'s) and, from
+    ``$CREDENTIALS_DIRECTORY``: ``control-key`` (the worker API, required), ``server-config`` (the
+    servers' SGLang ``--config`` file: its API key guards the serving routes and is sent to the
+    workers, when present) and ``workers`` (registered once smg answers, when present).
+    ``start_thread(target, args)`` starts the registration (a daemon thread by default)."""
     directory = environ.get("CREDENTIALS_DIRECTORY")
     if not directory:
         raise LaunchError("no $CREDENTIALS_DIRECTORY: the gateway's unit hands it its keys with LoadCredential=")
-    keys = ["--control-plane-api-keys", f"{CONTROL_KEY_ID}:{CONTROL_KEY_ID}:admin:{_credential(directory, 'control-key')}"]
-    try:
-        keys += ["--api-key", _credential(directory, "api-key")]
-    except FileNotFoundError:
-        pass
+    control = _credential(directory, "control-key")
+    keys = ["--control-plane-api-keys", f"{CONTROL_KEY_ID}:{CONTROL_KEY_ID}:admin:{control}"]
+    api_key = None
+    config = os.path.join(directory, "server-config")
+    if os.path.exists(config):
+        try:
+            api_key = _credentials.api_key_from_config(config)
+        except ValueError as exc:
+            raise LaunchError(f"the credential server-config cannot be read: {exc}") from None
+        if api_key is not None and (not api_key or any(c.isspace() for c in api_key)):
+            raise LaunchError("the credential server-config holds an API key that is empty or holds whitespace")
+    if api_key:
+        keys += ["--api-key", api_key]
+    workers: list[str] = []
+    path = os.path.join(directory, "workers")
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as handle:
+            workers = workers_of(handle.read())
+    if workers:
+        args = (own_url(argv), control, workers, api_key)
+        if start_thread is None:
+            threading.Thread(target=_register_in_background, args=args, name="inferops-register", daemon=True).start()
+        else:
+            start_thread(_register_in_background, args)
     smg_main([*argv, *keys])
 
 

@@ -140,8 +140,6 @@ timer:
   sample: {enabled: true, active: true, action: none}
 """
 
-import ast
-import importlib.util
 import os
 
 from ansible.module_utils.basic import AnsibleModule
@@ -149,109 +147,23 @@ from ansible.module_utils.basic import AnsibleModule
 # The watchdog's entry point: importing it here makes Ansible carry it, and everything it
 # imports from the collection, to the host with this module.
 from ansible_collections.inferops.sglang.plugins.module_utils import _watchdog  # noqa: F401 pylint: disable=unused-import
-from ansible_collections.inferops.sglang.plugins.module_utils import _state_files
+from ansible_collections.inferops.sglang.plugins.module_utils import _host_code
+from ansible_collections.inferops.sglang.plugins.module_utils._host_code import (  # noqa: F401 pylint: disable=unused-import
+    PACKAGE, UNIT_MODE, Failure, _imports, install, systemctl)
 
-PACKAGE = "ansible_collections.inferops.sglang.plugins.module_utils"
 ENTRY = "_watchdog"
 SETTINGS_MODE = 0o600
-UNIT_MODE = 0o644
-CODE_MODE = 0o644
-
-
-class Failure(Exception):
-    """A step of the install or removal failed; the message names the path or the command."""
-
-
-def _imports(source: str) -> set[str]:
-    """The collection's module_utils a module's source imports (``from PACKAGE import _x`` and
-    ``from PACKAGE._x import y``)."""
-    found = set()
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            if node.module == PACKAGE:
-                found.update(alias.name for alias in node.names)
-            elif node.module.startswith(PACKAGE + "."):
-                found.add(node.module[len(PACKAGE) + 1:].split(".")[0])
-        elif isinstance(node, ast.Import):
-            found.update(alias.name[len(PACKAGE) + 1:].split(".")[0] for alias in node.names
-                         if alias.name.startswith(PACKAGE + "."))
-    return found
-
-
-def source_of(name: str) -> str:
-    """A module_utils file's source as this process loaded it (from Ansible's payload on the
-    host, from the collection's tree in a test)."""
-    full = f"{PACKAGE}.{name}"
-    spec = importlib.util.find_spec(full)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"{full} is not importable")
-    source = spec.loader.get_source(full)  # type: ignore[attr-defined]
-    if source is None:
-        raise ImportError(f"{full} has no source")
-    return source
 
 
 def code(entry: str = ENTRY) -> dict[str, str]:
     """File name -> source of the watchdog's code: ``entry`` and every module_utils it imports,
     transitively."""
-    files: dict[str, str] = {}
-    todo = [entry]
-    while todo:
-        name = todo.pop()
-        if f"{name}.py" in files:
-            continue
-        text = source_of(name)
-        files[f"{name}.py"] = text
-        todo.extend(sorted(_imports(text)))
-    return files
-
-
-def install(root: str, files: dict[str, str], check: bool) -> tuple[list[str], list[str]]:
-    """Write each of ``files`` under ROOT/<package path> that differs, remove the .py files there
-    that are not in ``files``; return (written, removed)."""
-    directory = os.path.join(root, *PACKAGE.split("."))
-    written = [name for name, text in sorted(files.items())
-               if _state_files.differs(os.path.join(directory, name), text, CODE_MODE)]
-    removed = sorted(name for name in (os.listdir(directory) if os.path.isdir(directory) else [])
-                     if name.endswith(".py") and name not in files)
-    if check:
-        return written, removed
-    os.makedirs(root, mode=0o755, exist_ok=True)
-    path = root
-    for part in PACKAGE.split("."):
-        path = os.path.join(path, part)
-        _state_files.ensure_directory(path, 0o755)
-    for name in written:
-        _state_files.write_atomic(os.path.join(directory, name), files[name], mode=CODE_MODE)
-    for name in removed:
-        os.unlink(os.path.join(directory, name))
-    return written, removed
-
-
-def systemctl(run_command, *args: str, query: bool = False) -> bool:
-    """Run ``systemctl ARGS`` with ``run_command`` (AnsibleModule.run_command in the module).
-    A query (is-enabled, is-active) answers whether it exited 0; any other command that fails
-    raises Failure with the command and its stderr."""
-    argv = ["systemctl", *args]
-    rc, out, err = run_command(argv)
-    if query:
-        return rc == 0
-    if rc != 0:
-        raise Failure(f"{' '.join(argv)} failed (exit {rc}): {' '.join((err or out or '').split())[:500]}")
-    return True
+    return _host_code.code(entry)
 
 
 def unit_paths(unit_dir: str, unit: str) -> tuple[str, str]:
     """The paths of ``<unit>.service`` and ``<unit>.timer`` in ``unit_dir``."""
     return os.path.join(unit_dir, f"{unit}.service"), os.path.join(unit_dir, f"{unit}.timer")
-
-
-def _write(path: str, text: str, mode: int, check: bool) -> bool:
-    """Write ``text`` to ``path`` with ``mode`` when it differs (in check mode: whether it would)."""
-    try:
-        return _state_files.differs(path, text, mode) if check else _state_files.replace(path, text, mode)
-    except OSError as exc:
-        raise Failure(f"cannot write {path}: {exc}") from exc
 
 
 def present(params: dict, check: bool, run_command, files: dict[str, str] | None = None) -> dict:
@@ -266,11 +178,11 @@ def present(params: dict, check: bool, run_command, files: dict[str, str] | None
         raise Failure(f"the watchdog's code cannot be installed under {root}: {exc}") from exc
     service_path, timer_path = unit_paths(params["unit_dir"], params["unit"])
     timer_installed = os.path.exists(timer_path)
-    if _write(params["settings_path"], params["settings"], SETTINGS_MODE, check):
+    if _host_code.write(params["settings_path"], params["settings"], SETTINGS_MODE, check):
         written.append(params["settings_path"])
     units_changed = False
     for path, text in ((service_path, params["service"]), (timer_path, params["timer"])):
-        if _write(path, text, UNIT_MODE, check):
+        if _host_code.write(path, text, UNIT_MODE, check):
             written.append(path)
             units_changed = True
     timer = f"{params['unit']}.timer"

@@ -173,15 +173,17 @@ class GatewayProcess:
     MODULE = "ansible_collections.inferops.sglang.plugins.module_utils._gateway_launch"
 
     def __init__(self, python: Path, directory: Path, control_key: str, api_key: str | None = None,
-                 extra: tuple[str, ...] = ()) -> None:
+                 extra: tuple[str, ...] = (), workers: list[str] | None = None) -> None:
         from ansible_collections.inferops.sglang.plugins.module_utils import _gateway, _gateway_launch
 
         assert python.exists(), f"no gateway venv at {python}: make units and make conformance build it"
         credentials = directory / "credentials"
         credentials.mkdir(parents=True)
         (credentials / "control-key").write_text(control_key + "\n")
-        if api_key:
-            (credentials / "api-key").write_text(api_key + "\n")
+        if api_key:  # the servers' SGLang --config file, as the role writes it
+            (credentials / "server-config").write_text(f"api-key: {json.dumps(api_key)}\n")
+        if workers is not None:
+            (credentials / "workers").write_text(json.dumps({"workers": workers}))
         self.port, self.metrics = free_port(), free_port()
         self.log = directory / "gateway.log"
         env = dict(os.environ, CREDENTIALS_DIRECTORY=str(credentials), PYTHONPATH=str(REPO / "collections"))

@@ -8,13 +8,14 @@ import ast
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 from sim_helpers import LAB, MODEL, NEXTN, REPO, GatewayProcess, GatewayTraffic, free_port, through_gateway
 
-from ansible_collections.inferops.sglang.plugins.module_utils import _gateway, _gateway_launch
+from ansible_collections.inferops.sglang.plugins.module_utils import _gateway, _gateway_launch, _host_code
 from ansible_collections.inferops.sglang.plugins.module_utils._http import Response
 
 GATEWAY_PYTHON = Path(os.environ.get("INFEROPS_GATEWAY_VENV", REPO / ".cache" / "gateway-venv")) / "bin" / "python"
@@ -29,8 +30,9 @@ def gateway(tmp_path):
     """start(api_key=None, extra=()) -> the real gateway (GatewayProcess) and a Gateway with its control key."""
     started = []
 
-    def start(api_key: str | None = None, extra: tuple[str, ...] = ()) -> tuple[_gateway.Gateway, GatewayProcess]:
-        process = GatewayProcess(GATEWAY_PYTHON, tmp_path / f"gateway-{len(started)}", KEY, api_key, extra)
+    def start(api_key: str | None = None, extra: tuple[str, ...] = (),
+              workers: list[str] | None = None) -> tuple[_gateway.Gateway, GatewayProcess]:
+        process = GatewayProcess(GATEWAY_PYTHON, tmp_path / f"gateway-{len(started)}", KEY, api_key, extra, workers)
         started.append(process)
         return _gateway.Gateway(process.client(KEY)), process
 
@@ -147,11 +149,42 @@ def test_the_launcher_keeps_the_keys_off_the_command_line_and_out_of_the_log(gat
     assert listening == ["127.0.0.1"]
 
 
+def test_a_restarted_gateway_routes_again_to_the_workers_of_its_workers_file(gateway, launch):
+    """smg keeps its workers in memory: the unit hands the launcher the live workers (the switch's
+    file), which it registers, with the servers' key, once smg answers: no deploy needed after a
+    reboot. A URL already listed is not added twice."""
+    api = "api-restart-key"
+    server = launch([*MODEL, *NEXTN, "--api-key", api], version="0.5.11", host="ct129", gpus="0,2")
+    server.wait_for(lambda: server.status("/health") == 200, timeout=120, what="health")
+    url = f"http://127.0.0.1:{server.port}"
+    gw, process = gateway(api_key=api, workers=[url + "/"])
+    ready = gw.wait_ready(url, timeout=30)
+    assert [w["url"] for w in gw.workers()] == [url]
+    assert through_gateway(process.port, 4, key=api)["status"] == 200
+    assert _gateway_launch.register(gw, [url], api, timeout=5) == [ready["worker"]["id"]]
+    assert f"registered 1 worker(s): {url}" in process.output() and api not in process.output()
+
+
+def test_the_launcher_hands_smg_the_keys_and_registers_the_workers_beside_it(tmp_path):
+    (tmp_path / "control-key").write_text("ctl\n")
+    (tmp_path / "server-config").write_text('api-key: "k1"\n')
+    (tmp_path / "workers").write_text('{"workers": ["http://127.0.0.1:31010/"]}')
+    ran, threads = [], []
+    argv = _gateway_launch.command("0.0.0.0", 30000, 30090)
+    _gateway_launch.launch(argv, {"CREDENTIALS_DIRECTORY": str(tmp_path)}, ran.append,
+                           lambda target, args: threads.append(args))
+    assert ran == [[*argv, "--control-plane-api-keys", "inferops:inferops:admin:ctl", "--api-key", "k1"]]
+    assert threads == [("http://127.0.0.1:30000", "ctl", ["http://127.0.0.1:31010"], "k1")]
+
+
 @pytest.mark.parametrize("files, error", [
     ({}, "No such file"),
     ({"control-key": ""}, "control-key is empty or holds whitespace or ':'"),
     ({"control-key": "a:b"}, "control-key is empty or holds whitespace or ':'"),
-    ({"control-key": "ok", "api-key": "two words"}, "api-key is empty or holds whitespace or ':'"),
+    ({"control-key": "ok", "server-config": 'api-key: "two words"'}, "server-config holds an API key that is empty"),
+    ({"control-key": "ok", "workers": "[]"}, "the credential workers must be"),
+    ({"control-key": "ok", "workers": '{"workers": ["127.0.0.1:1"]}'}, "the credential workers must be"),
+    ({"control-key": "ok", "workers": "{"}, "the credential workers is not JSON"),
 ])
 def test_the_launcher_refuses_a_missing_or_unusable_key_before_smg_starts(tmp_path, files, error):
     for name, value in files.items():
@@ -238,9 +271,13 @@ def test_the_pinned_gateway_is_the_one_tested():
 
 
 def test_the_launcher_needs_nothing_but_the_standard_library_and_smg():
-    """A gateway host gets this one file besides the gateway's venv: it imports no other module of the
-    collection, nor anything outside the standard library but smg itself."""
-    tree = ast.parse(Path(_gateway_launch.__file__).read_text())
-    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
-    imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
-    assert imported == {"__future__", "os", "sys", "smg"}
+    """A gateway host gets the launcher's code (the closure of its imports of the collection, as
+    _host_code installs it) besides the gateway's venv: nothing in it imports anything outside the
+    standard library and the collection but smg itself."""
+    imported = set()
+    for name, text in _host_code.code("_gateway_launch").items():
+        tree = ast.parse(text)
+        imported |= {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+        imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    outside = {m for m in imported - {"ansible_collections", "smg"} if m not in sys.stdlib_module_names}
+    assert outside == set() and "smg" in imported
