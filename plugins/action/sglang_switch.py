@@ -52,6 +52,7 @@ ASYNC_MARGIN = 600
 DEFAULTS = {"release_timeout": 120.0, "drain_timeout": 60.0, "gate_settle": 5.0}
 DEFAULT_GATE_TIMEOUT = 900.0
 PREGATE_TIMEOUT = 60.0
+DEFAULT_GATEWAY_TIMEOUT = 60.0  # the module's (_switch.DEFAULT_GATEWAY_TIMEOUT)
 
 
 def _gate_timeout(variant) -> float | None:
@@ -80,6 +81,13 @@ def async_limit(args: dict) -> int | None:
     release, drain, settle = waits
     # the drain, two benchmarks (the known-good's and the variant's), the pre-gate, two GPU waits, two gates and settles
     total = drain + 2 * budget + PREGATE_TIMEOUT + 2 * release + sum(gates) + 2 * settle
+    gateway = args.get("gateway")
+    if isinstance(gateway, dict):
+        # out, in, and in again after a rollback, each bounded by the gateway's timeout
+        timeout = _number(gateway.get("timeout")) if gateway.get("timeout") not in (None, "") else DEFAULT_GATEWAY_TIMEOUT
+        if timeout is None or timeout < 0 or math.isinf(timeout):
+            return None
+        total += 3 * timeout
     return int(math.ceil(total)) + ASYNC_MARGIN
 
 

@@ -47,10 +47,15 @@ RECORDED = _deploy_metrics.OUTCOMES
 # The record's keys, in order (history.jsonl, set_stats inferops_deploy).
 RECORD_KEYS = ("time", "host", "service", "run_id", "variant", "from", "params", "argv", "sglang_version",
                "ddtree_build", "memory_plan", "gpu_devices", "repaired_interrupted_run", "lock", "outcome", "running",
-               "verdict", "plan_check", "restore", "rollback", "attempt", "controller_user", "drain", "rotation", "performance")
+               "verdict", "plan_check", "restore", "rollback", "attempt", "controller_user", "drain", "rotation", "performance",
+               "gateway")
 # What the record keeps of the drain before the stop (sglang_drain) and of the rotation hooks
 DRAIN_KEYS = ("drained", "timed_out", "seconds", "timeout", "in_flight_at_start", "in_flight_at_stop",
               "running_at_stop", "waiting_at_stop", "endpoint", "error", "msg")
+# What the record keeps of the gateway's part: its URL, the server's worker URL, the answers of taking
+# the old server out and putting the new one in (and, after a rollback, the restored one), and the
+# seconds clients had no server behind the gateway
+GATEWAY_KEYS = ("url", "worker", "out", "in", "unavailable_s", "error")
 VERDICT_KEYS = ("ready", "phase", "failure", "cause", "cause_line", "evidence", "elapsed", "since_start", "stage",
                 "generation", "server", "msg")
 PLAN_KEYS = ("fits", "binding", "reason", "mem_fraction_static", "mem_fraction_static_range", "max_total_tokens",
@@ -285,6 +290,7 @@ def record(fields: dict) -> dict:
     out["ddtree_build"] = _pick(fields.get("ddtree_build"), DDTREE_KEYS)
     out["drain"] = _pick(fields.get("drain"), DRAIN_KEYS) or None
     out["rotation"] = rotation_of(fields.get("rotation"))
+    out["gateway"] = _pick(fields.get("gateway"), GATEWAY_KEYS) or None
     perf = fields.get("performance") or {}
     out["performance"] = _bench.gate_record(perf.get("mode") or "off", perf.get("result"), perf.get("known_good"),
                                             perf.get("why_report")) if isinstance(perf, dict) else None
@@ -311,6 +317,12 @@ def _rotation_note(rec: dict) -> str:
         notes.append(f"Performance gate ({perf.get('mode')}): {_sentence(perf['msg'])}")
     if drain.get("msg"):
         notes.append(f"Before the stop: {_sentence(drain['msg'])}")
+    gateway = rec.get("gateway") or {}
+    if gateway.get("unavailable_s") is not None:
+        notes.append(f"Clients of the gateway at {gateway.get('url')} had no server for {gateway['unavailable_s']:g} s "
+                     f"(the switch was in place).")
+    if gateway.get("error"):
+        notes.append(_sentence(gateway["error"]))
     rotation = rec.get("rotation") or {}
     if rotation.get("out", {}).get("ok") and not rotation.get("in", {}).get("ok"):
         why = rotation.get("in", {}).get("msg") or "the in hook did not run"

@@ -47,6 +47,7 @@ from ansible_collections.inferops.sglang.plugins.module_utils import _bench
 from ansible_collections.inferops.sglang.plugins.module_utils import _credentials
 from ansible_collections.inferops.sglang.plugins.module_utils import _deploy
 from ansible_collections.inferops.sglang.plugins.module_utils import _drain
+from ansible_collections.inferops.sglang.plugins.module_utils import _gateway
 from ansible_collections.inferops.sglang.plugins.module_utils import _gpu
 from ansible_collections.inferops.sglang.plugins.module_utils import _http
 from ansible_collections.inferops.sglang.plugins.module_utils import _listener
@@ -63,6 +64,8 @@ class State(str, enum.Enum):
     INSPECT = "inspect"                    # the unit, current.json, the marker, the known-good copy
     DECIDE = "decide"                      # the staged files against the installed ones
     STEADY = "steady"                      # nothing to switch: gate the running service
+    GATEWAY_OUT = "gateway_out"            # the running server out of the host's gateway (when it has one)
+    GATEWAY_RETURN = "gateway_return"      # a drain that failed: the server back into the gateway, nothing changed
     DRAIN = "drain"                        # wait for the requests in flight (out of rotation already)
     MEASURE = "measure"                    # the known-good's figures under the performance gate's load
     PREGATE = "pregate"                    # prove the running service healthy before saving it
@@ -73,12 +76,14 @@ class State(str, enum.Enum):
     START = "start"
     GATE = "gate"                          # the readiness gate on the variant
     PERF = "perf"                          # the performance gate
+    GATEWAY_IN = "gateway_in"              # the variant into the gateway, routed to before the commit
     COMMIT = "commit"                      # current.json, the new service saved as known-good
     ROLLBACK_STOP = "rollback_stop"        # stop the failed variant
     ROLLBACK_RELEASE = "rollback_release"  # wait for the GPUs; a timeout is only a warning here
     RESTORE = "restore"                    # the known-good files back, else the baseline's staged ones
     RESTORE_START = "restore_start"
     RESTORE_GATE = "restore_gate"          # the restored service gated as itself
+    RESTORE_GATEWAY = "restore_gateway"    # the restored service back into the gateway
     RECORD = "record"                      # history.jsonl, the marker cleared, attempts pruned
     # terminal
     UNCHANGED = "unchanged"
@@ -95,12 +100,18 @@ TERMINAL = frozenset({State.UNCHANGED, State.SWITCHED, State.ROLLED_BACK, State.
 TRANSITIONS: dict[tuple[State, str], State] = {
     (State.INSPECT, "inspected"): State.DECIDE,
     (State.DECIDE, "keep"): State.STEADY,
-    (State.DECIDE, "switch"): State.DRAIN,
+    (State.DECIDE, "switch"): State.GATEWAY_OUT,
+    (State.GATEWAY_OUT, "removed"): State.DRAIN,
+    (State.GATEWAY_OUT, "skipped"): State.DRAIN,        # no gateway, or it did not list the server
+    (State.GATEWAY_OUT, "failed"): State.FAILED_BEFORE_SWITCHING,  # the gateway down: nothing changed
+    (State.GATEWAY_RETURN, "returned"): State.FAILED_BEFORE_SWITCHING,
+    (State.GATEWAY_RETURN, "skipped"): State.FAILED_BEFORE_SWITCHING,
+    (State.GATEWAY_RETURN, "failed"): State.FAILED_BEFORE_SWITCHING,
     (State.STEADY, "ready"): State.RECORD,
     (State.STEADY, "not_ready"): State.PREGATE,         # installed as asked but not serving: switch again, no drain
     (State.DRAIN, "drained"): State.MEASURE,            # a drain that timed out is drained too: the stop goes ahead
     (State.DRAIN, "skipped"): State.PREGATE,            # nothing serving (inactive, or an interrupted switch)
-    (State.DRAIN, "failed"): State.FAILED_BEFORE_SWITCHING,
+    (State.DRAIN, "failed"): State.GATEWAY_RETURN,
     (State.MEASURE, "measured"): State.PREGATE,         # figures or not: a failed measurement is recorded, never fatal
     (State.MEASURE, "skipped"): State.PREGATE,
     (State.PREGATE, "ready"): State.SAVE,
@@ -122,10 +133,13 @@ TRANSITIONS: dict[tuple[State, str], State] = {
     (State.GATE, "ready"): State.PERF,
     (State.GATE, "not_ready"): State.ROLLBACK_STOP,
     (State.GATE, "failed"): State.ROLLBACK_STOP,
-    (State.PERF, "passed"): State.COMMIT,
-    (State.PERF, "reported"): State.COMMIT,             # slower, but the mode is report
-    (State.PERF, "skipped"): State.COMMIT,
+    (State.PERF, "passed"): State.GATEWAY_IN,
+    (State.PERF, "reported"): State.GATEWAY_IN,         # slower, but the mode is report
+    (State.PERF, "skipped"): State.GATEWAY_IN,
     (State.PERF, "failed"): State.ROLLBACK_STOP,
+    (State.GATEWAY_IN, "routed"): State.COMMIT,
+    (State.GATEWAY_IN, "skipped"): State.COMMIT,
+    (State.GATEWAY_IN, "failed"): State.ROLLBACK_STOP,  # serves, but the gateway does not route to it
     (State.COMMIT, "committed"): State.RECORD,
     (State.COMMIT, "failed"): State.ROLLBACK_STOP,
     (State.ROLLBACK_STOP, "stopped"): State.ROLLBACK_RELEASE,
@@ -136,7 +150,10 @@ TRANSITIONS: dict[tuple[State, str], State] = {
     (State.RESTORE, "failed"): State.RECORD,            # nothing to start: rollback_failed
     (State.RESTORE_START, "started"): State.RESTORE_GATE,
     (State.RESTORE_START, "failed"): State.RESTORE_GATE,  # the gate says what runs
-    (State.RESTORE_GATE, "ready"): State.RECORD,
+    (State.RESTORE_GATE, "ready"): State.RESTORE_GATEWAY,
+    (State.RESTORE_GATEWAY, "routed"): State.RECORD,
+    (State.RESTORE_GATEWAY, "skipped"): State.RECORD,
+    (State.RESTORE_GATEWAY, "failed"): State.RECORD,    # serves on its port; the record says the gateway does not route
     (State.RESTORE_GATE, "not_ready"): State.RECORD,
     (State.RECORD, "unchanged"): State.UNCHANGED,
     (State.RECORD, "switched"): State.SWITCHED,
@@ -148,13 +165,16 @@ TRANSITIONS: dict[tuple[State, str], State] = {
 MARKED_FROM = State.PREGATE
 # States whose HostError is the switch failing (the YAML block's rescue): the rollback follows.
 RESCUED = frozenset({State.SAVE, State.STOP, State.RELEASE, State.INSTALL, State.START, State.GATE, State.PERF,
-                     State.COMMIT})
+                     State.GATEWAY_IN, State.COMMIT})
 MARKER = "switch.json"
 CURRENT = "current.json"
 # What current.json holds of the variant (and of the baseline a first deploy's rollback installs)
 CURRENT_KEYS = ("variant", "params", "argv", "sglang_version")
 HISTORY = "history.jsonl"
 DEFAULT_GATE_TIMEOUT = 900.0
+# How long the gateway may take to route to a server the gate found ready, or to forget one it was
+# asked to remove (smg 1.13.0: about 0.5 s to route, a fixed 5 s settle to forget: _gateway)
+DEFAULT_GATEWAY_TIMEOUT = 60.0
 
 
 class SwitchError(Exception):
@@ -192,6 +212,10 @@ class Host(Protocol):
     def gate(self, url: str, api_key_file: str | None, timeout: float, settle: float) -> dict: ...
     def drain(self, url: str, api_key_file: str | None, timeout: float, interval: float) -> dict: ...
     def bench(self, url: str, api_key_file: str | None, load: dict, baseline: dict | None, thresholds: dict) -> dict: ...
+    # the host's gateway (Settings.gateway): the server at ``worker`` taken out ({"removed": bool, "seconds"}),
+    # or put in and routed to ({"seconds"}); HostError with the gateway's answer
+    def gateway_out(self, gateway: dict, worker: str) -> dict: ...
+    def gateway_in(self, gateway: dict, worker: str, api_key_file: str | None) -> dict: ...
     def clock(self) -> float: ...                           # monotonic seconds: waits
     def time(self) -> float: ...                            # epoch seconds: stamps
     def sleep(self, seconds: float) -> None: ...
@@ -241,6 +265,9 @@ class Settings:
     rotation: dict | None = None
     plan_tolerance: float | None = None
     controller_user: str | None = None
+    # the host's gateway in front of the server (sglang_service_gateway): url (its client port),
+    # control_key_file (root only), workers_file (the live workers, handed to its unit), timeout
+    gateway: dict | None = None
 
     def problems(self) -> list[str]:
         errors = []
@@ -260,6 +287,16 @@ class Settings:
             errors += _bench.check_load(self.perf_load, "perf_load") + _bench.check_thresholds(
                 dict(self.perf_thresholds, **((self.variant or {}).get("params") or {}).get("perf_thresholds") or {}),
                 "perf_thresholds")
+        if self.gateway is not None:
+            g = self.gateway
+            if not isinstance(g, dict) or not str(g.get("url") or "").startswith(("http://", "https://")):
+                errors.append(f"gateway needs the gateway's url (http:// or https://), got {g!r}")
+            else:
+                missing = [k for k in ("control_key_file", "workers_file") if not g.get(k)]
+                if missing:
+                    errors.append(f"gateway needs {' and '.join(missing)}")
+                if g.get("url", "").rstrip("/") == (self.url or "").rstrip("/"):
+                    errors.append(f"the gateway and the server cannot both answer on {self.url}")
         if self.keep_attempts < 1:
             errors.append(f"keep_attempts must be at least 1, got {self.keep_attempts}")
         return errors
@@ -327,6 +364,9 @@ class Switch:
         self.restart_error: str | None = None
         self.rollback_gate: dict | None = None
         self.ddtree_build: dict = {}
+        self.gateway_log: dict | None = None
+        self.unavailable_from: float | None = None
+        self.gateway_warning: str | None = None
         self.fields: dict | None = None
         self.record: dict | None = None
         self.summary: str | None = None
@@ -480,11 +520,14 @@ class Switch:
                    f"{self.before.get('variant') or 'the service'} still runs")
         else:
             msg = self.summary or ""
-        return {"outcome": outcome, "changed": self.state not in (State.UNCHANGED, State.FAILED_BEFORE_SWITCHING),
+        repaired = bool(((self.gateway_log or {}).get("in") or {}).get("added")) and self.state == State.UNCHANGED
+        return {"outcome": outcome,
+                "changed": repaired or self.state not in (State.UNCHANGED, State.FAILED_BEFORE_SWITCHING),
                 "failed": self.state not in (State.SWITCHED, State.UNCHANGED), "record": self.record,
                 "summary": self.summary, "msg": msg, "before": self.before, "reasons": self.reasons,
                 "trail": list(self.trail), "attempt": self.attempt,
-                "warnings": [w for w in (self.release_warning, self.rollback_stop_error) if w]}
+                "gateway": self.gateway_log,
+                "warnings": [w for w in (self.release_warning, self.rollback_stop_error, self.gateway_warning) if w]}
 
     # -- check mode ------------------------------------------------------------------------------------------
 
@@ -517,6 +560,7 @@ class Switch:
             State.INSPECT: "inspected",
             State.DECIDE: "switch" if self.reasons else "keep",
             State.STEADY: "ready",
+            State.GATEWAY_OUT: "removed" if self.s.gateway and self._serving() else "skipped",
             State.DRAIN: "drained" if self._serving() else "skipped",
             State.MEASURE: "measured" if perf_on and self.perf_known is None else "skipped",
             State.PREGATE: "ready" if self._serving() else "skipped",
@@ -527,6 +571,7 @@ class Switch:
             State.START: "started",
             State.GATE: "ready",
             State.PERF: "passed" if perf_on else "skipped",
+            State.GATEWAY_IN: "routed" if self.s.gateway else "skipped",
             State.COMMIT: "committed",
             State.RECORD: "unchanged" if steady else "switched",
         }[state]
@@ -559,9 +604,92 @@ class Switch:
     def step_steady(self) -> str:
         self.steady = self._gate(self.s.url, self._config_file(), self._gate_timeout(self.s.variant), 0)
         if self.steady["ready"]:
+            if self.s.gateway:
+                # a gateway restarted without its workers file, or one a hand took the server out of
+                try:
+                    self._gateway_in(self.s.url, self._config_file())
+                except HostError as exc:
+                    self.gateway_warning = (f"{self.s.variant['variant']} serves on {self.s.url}, but the gateway at "
+                                            f"{self.s.gateway['url']} does not route to it: {exc}")
             return "ready"
         self._find_known_figures()
         return "not_ready"
+
+    # -- the gateway ----------------------------------------------------------------------------------------
+
+    def _gateway_in(self, url: str, api_key_file: str | None) -> dict:
+        """The server at ``url`` into the gateway and routed to; the live workers file rewritten.
+        HostError when the gateway does not route to it in time."""
+        g, worker = self.s.gateway, _worker(url)
+        self.gateway_log = self.gateway_log or {"url": g["url"], "worker": worker}
+        answer = dict(self.host.gateway_in(g, worker, api_key_file))
+        self.gateway_log["in"] = answer
+        if self.unavailable_from is not None:
+            self.gateway_log["unavailable_s"] = round(self.host.clock() - self.unavailable_from, 2)
+            self.unavailable_from = None
+        workers = json.dumps({"workers": [worker]}, indent=4).encode("utf-8")
+        if self.host.read_bytes(g["workers_file"]) != workers:
+            self.host.write_atomic(g["workers_file"], workers, 0o600)
+        return answer
+
+    def step_gateway_out(self) -> str:
+        """The running server out of the gateway before its drain: new requests stop reaching it."""
+        g = self.s.gateway
+        if not g or not self._serving():
+            return "skipped"
+        worker = _worker(self.before.get("url") or self.s.url)
+        self.gateway_log = {"url": g["url"], "worker": worker}
+        started = self.host.clock()
+        try:
+            out = dict(self.host.gateway_out(g, worker))
+        except HostError as exc:
+            self.drain_error = f"the gateway at {g['url']} could not take {worker} out: {exc}"
+            return "failed"
+        self.gateway_log["out"] = out
+        if not out.get("removed"):
+            return "skipped"
+        # from here the gateway has no server to route to until the variant (or the rollback) is in
+        self.unavailable_from = started
+        return "removed"
+
+    def step_gateway_return(self) -> str:
+        """A drain that failed leaves the host as it was: the server back into the gateway."""
+        if not ((self.gateway_log or {}).get("out") or {}).get("removed"):
+            return "skipped"
+        try:
+            self._gateway_in(self.before.get("url") or self.s.url, self.before.get("api_key_file"))
+        except HostError as exc:
+            self.drain_error = f"{self.drain_error}; AND the gateway does not route to it again: {exc}"
+            return "failed"
+        return "returned"
+
+    def step_gateway_in(self) -> str:
+        """The variant into the gateway; committed only once the gateway itself routes to it."""
+        if not self.s.gateway:
+            return "skipped"
+        try:
+            self._gateway_in(self.s.url, self._config_file())
+        except HostError as exc:
+            v = self.s.variant
+            self.failure = {"ready": False, "phase": "gateway", "failure": "not_routed", "cause": "gateway",
+                            "server": (self.gate_result or {}).get("server"),
+                            "msg": (f"{v['variant']} serves on {self.s.url} but the gateway at {self.s.gateway['url']} "
+                                    f"does not route to it: {exc}")}
+            self.failed_task = State.GATEWAY_IN.value
+            return "failed"
+        return "routed"
+
+    def step_restore_gateway(self) -> str:
+        if not self.s.gateway:
+            return "skipped"
+        try:
+            self._gateway_in(self.restore["url"], self.restore.get("api_key_file"))
+        except HostError as exc:
+            self.gateway_warning = (f"{self.restore['variant']} serves again on {self.restore['url']}, but the gateway "
+                                    f"at {self.s.gateway['url']} does not route to it: {exc}")
+            (self.gateway_log or {}).update(error=self.gateway_warning)
+            return "failed"
+        return "routed"
 
     def step_drain(self) -> str:
         if not self._serving():
@@ -804,10 +932,16 @@ class Switch:
                             "result": self.perf_result if (self.perf_result or {}).get("msg") is not None else None,
                             "known_good": self.perf_known},
             "controller_user": s.controller_user,
+            "gateway": self.gateway_log,
         }
 
 
 # -- read and amended outside a switch ------------------------------------------------------------------------
+
+def _worker(url: str) -> str:
+    """A server's URL as the gateway lists it (no trailing slash)."""
+    return (url or "").strip().rstrip("/")
+
 
 def _read_json(host: Host, path: str) -> dict | None:
     return _state_files.parse_json_object(host.read_bytes(path))
@@ -1068,6 +1202,47 @@ class SystemHost:
             return self._masked(_bench.measure(client, load, baseline, thresholds), key)
         except _bench.BenchError as exc:
             raise HostError(f"benchmark: {exc}") from None
+
+    def _gateway(self, gateway: dict) -> tuple[_gateway.Gateway, float]:
+        """The host's gateway through its control key (a root-only file), and the switch's timeout for it."""
+        path = gateway["control_key_file"]
+        try:
+            with open(path, encoding="utf-8") as handle:
+                key = handle.read().strip()
+        except OSError as exc:
+            raise HostError(f"the gateway's control key {path} cannot be read: {exc}") from None
+        try:
+            client = _http.Client(gateway["url"], key, bool(self.gate_options.get("validate_certs", True)), 10.0)
+        except ValueError as exc:
+            raise HostError(f"cannot reach the gateway at {gateway['url']}: {exc}") from None
+        return _gateway.Gateway(client, self.clock, self.sleep), float(gateway.get("timeout") or DEFAULT_GATEWAY_TIMEOUT)
+
+    def gateway_out(self, gateway: dict, worker: str) -> dict:
+        gw, timeout = self._gateway(gateway)
+        try:
+            found = gw.find(worker)
+            if found is None:
+                return {"removed": False, "seconds": 0.0}
+            gw.remove(found["id"])
+            return {"removed": True, "seconds": gw.wait_gone(found["id"], timeout)}
+        except _gateway.GatewayError as exc:
+            raise HostError(str(exc)) from None
+
+    def gateway_in(self, gateway: dict, worker: str, api_key_file: str | None) -> dict:
+        gw, timeout = self._gateway(gateway)
+        key = self.api_key
+        if api_key_file:
+            try:
+                key = _credentials.api_key_from_config(api_key_file)
+            except (OSError, ValueError) as exc:
+                raise HostError(f"api_key_file {api_key_file}: {exc}") from None
+        try:
+            added = gw.find(worker) is None
+            gw.add(worker, key)
+            ready = gw.wait_ready(worker, timeout)
+        except _gateway.GatewayError as exc:
+            raise HostError(str(self._masked(str(exc), key))) from None
+        return {"added": added, "seconds": ready["seconds"]}
 
     def clock(self) -> float:
         return time.monotonic()

@@ -192,6 +192,33 @@ options:
   api_key:
     description: This run's API key, sent where no C(--config) file holds one; masked in every result.
     type: str
+  gateway:
+    description:
+      - The host's gateway in front of the server (the sglang_service role's C(sglang_service_gateway)), when it has
+        one. The running server is taken out of it before its drain, and the variant is committed only once the
+        gateway routes to it (after a rollback, the restored service is put back). The record's C(gateway) says how
+        long clients had no server behind it.
+      - Unset, the switch has no gateway part.
+    type: dict
+    suboptions:
+      url:
+        description: The gateway's URL (its client port).
+        type: str
+        required: true
+      control_key_file:
+        description: The file holding the gateway's control-plane key (root only); the key is never an option.
+        type: path
+        required: true
+      workers_file:
+        description:
+          - The live workers' file, rewritten with the server's URL once the gateway routes to it; the gateway's unit
+            is handed it, so a restarted gateway routes again.
+        type: path
+        required: true
+      timeout:
+        description: Seconds the gateway may take to route to a ready server, or to forget a removed one.
+        type: float
+        default: 60
   restore_gate_timeout:
     description:
       - The longest gate timeout a restore may use besides the baseline's (the running and the saved known-good
@@ -274,6 +301,14 @@ failure:
   type: str
 rotation:
   description: The rotation hooks' results, C(out) and C(in) (each C(ok), C(msg)), masked; empty when none ran.
+  returned: not check mode
+  type: dict
+gateway:
+  description:
+    - The gateway's part of the switch (with O(gateway)) as C(url), C(worker) (the server's URL as the gateway lists it),
+      C(out) (C(removed), C(seconds)), C(in) (C(added), C(seconds)) and C(unavailable_s), the seconds from the running
+      server's removal to the gateway routing to the variant (or to the restored service); null without a gateway,
+      or when the switch ended before it.
   returned: not check mode
   type: dict
 textfile_changed:
@@ -359,7 +394,7 @@ def settings(p: dict) -> _switch.Settings:
         perf_gate=p["perf_gate"], perf_load=p["perf_load"], perf_thresholds=p["perf_thresholds"],
         keep_attempts=p["keep_attempts"], changed_files=p["changed_files"], ddtree_manifest=p["ddtree_manifest"],
         lock={k: p["lock"].get(k) for k in LOCK_KEYS} if p["lock"] else None, rotation=p["rotation"], plan_tolerance=p["plan_tolerance"],
-        controller_user=p["controller_user"])
+        controller_user=p["controller_user"], gateway=p["gateway"])
 
 
 def claim_lock(module: AnsibleModule) -> None:
@@ -414,6 +449,12 @@ def main() -> None:
             plan_tolerance=dict(type="float"),
             controller_user=dict(type="str"),
             api_key=dict(type="str", no_log=True),
+            gateway=dict(type="dict", options=dict(
+                url=dict(type="str", required=True),
+                control_key_file=dict(type="path", required=True, no_log=False),
+                workers_file=dict(type="path", required=True),
+                timeout=dict(type="float", default=60),
+            )),
             restore_gate_timeout=dict(type="float"),
             progress_file=dict(type="path"),
             progress_interval=dict(type="float", default=15),
@@ -464,7 +505,7 @@ def main() -> None:
         changed=result["changed"] or textfile_changed, failed=result["failed"], msg=result["msg"],
         outcome=result["outcome"], record=result["record"], summary=result["summary"], before=result["before"],
         reasons=result["reasons"], trail=[list(t) for t in result["trail"]], attempt=result["attempt"],
-        warnings_text=result["warnings"], textfile_changed=textfile_changed)
+        warnings_text=result["warnings"], gateway=result["gateway"], textfile_changed=textfile_changed)
 
 
 if __name__ == "__main__":

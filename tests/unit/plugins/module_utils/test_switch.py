@@ -90,6 +90,9 @@ class FakeHost:
         self.gpu_busy: int | None = 0                # polls left busy; None: held until the next stop
         self.gpu_error: str | None = None
         self.mono, self.wall = 1000.0, WALL0
+        # the host's gateway: worker URL -> id, as it lists them; it routes to a worker whose URL the
+        # serving unit answers on, healthy, once added
+        self.gateway_workers: dict[str, str] = {}
         self.calls: list[tuple] = []
         self.events: list[dict] = []
         self.counts: dict[str, int] = {}
@@ -228,6 +231,24 @@ class FakeHost:
         return {"ok": True, "passed": comparison["passed"], "figures": figures, "seconds": 20.0,
                 "load": dict(load, rounds_measured=3), "comparison": comparison,
                 "msg": f"{figures['output_tokens_per_s']} output tokens/s; {comparison['msg']}"}
+
+    def gateway_out(self, gateway: dict, worker: str) -> dict:
+        self._call("gateway_out", worker)
+        if worker not in self.gateway_workers:
+            return {"removed": False, "seconds": 0.0}
+        del self.gateway_workers[worker]
+        self.sleep(5)  # smg's fixed settle before a removed worker is gone
+        return {"removed": True, "seconds": 5.0}
+
+    def gateway_in(self, gateway: dict, worker: str, api_key_file: str | None) -> dict:
+        self._call("gateway_in", worker, api_key_file)
+        added = worker not in self.gateway_workers
+        self.gateway_workers.setdefault(worker, f"w{self.counts['gateway_in']}")
+        if not (self.unit["active"] and self.serving in self.healthy and self.urls.get(self.serving) == worker):
+            self.sleep(gateway.get("timeout", 60))
+            raise HostError(f"the gateway did not route to {worker} within 60 s: listed as pending, not healthy")
+        self.sleep(0.5)
+        return {"added": added, "seconds": 0.5}
 
     def clock(self) -> float:
         return self.mono
@@ -866,7 +887,7 @@ def test_perf_report_mode_keeps_a_variant_that_fails_under_load(ddtree_host):
     ddtree_host.figures["nextn"] = None
     result = run(ddtree_host, perf_gate="report")
     rec = result["record"]
-    assert result["outcome"] == "switched" and ("perf", "reported", "commit") in result["trail"]
+    assert result["outcome"] == "switched" and ("perf", "reported", "gateway_in") in result["trail"]
     assert rec["verdict"]["ready"] and rec["verdict"]["failure"] is None
     assert rec["performance"]["mode"] == "report" and not rec["performance"]["measured_ok"]
     assert rec["performance"]["msg"] == "not measured: round 1 failed: 16 of 16 requests (connection reset)"
@@ -889,7 +910,7 @@ def test_a_benchmark_that_cannot_run_on_the_variant_rolls_back_only_when_enforce
     rec = result["record"]
     assert result["outcome"] == outcome
     if mode == "report":
-        assert ("perf", "reported", "commit") in result["trail"]
+        assert ("perf", "reported", "gateway_in") in result["trail"]
         assert rec["performance"]["msg"].startswith("not measured: the benchmark did not run: benchmark: api_key_file")
         serving_truth(host, rec)
     else:
@@ -1029,11 +1050,13 @@ def test_a_marker_found_at_inspect_forces_a_switch_and_is_repaired():
     serving_truth(host, rec)
 
 
-SWITCHED_PATH = [State.INSPECT, State.DECIDE, State.DRAIN, State.MEASURE, State.PREGATE, State.SAVE, State.STOP,
-                 State.RELEASE, State.INSTALL, State.START, State.GATE, State.PERF, State.COMMIT, State.RECORD]
-ROLLBACK_PATH = [State.INSPECT, State.DECIDE, State.DRAIN, State.MEASURE, State.PREGATE, State.SAVE, State.STOP,
-                 State.RELEASE, State.INSTALL, State.START, State.GATE, State.ROLLBACK_STOP, State.ROLLBACK_RELEASE,
-                 State.RESTORE, State.RESTORE_START, State.RESTORE_GATE, State.RECORD]
+SWITCHED_PATH = [State.INSPECT, State.DECIDE, State.GATEWAY_OUT, State.DRAIN, State.MEASURE, State.PREGATE, State.SAVE,
+                 State.STOP, State.RELEASE, State.INSTALL, State.START, State.GATE, State.PERF, State.GATEWAY_IN,
+                 State.COMMIT, State.RECORD]
+ROLLBACK_PATH = [State.INSPECT, State.DECIDE, State.GATEWAY_OUT, State.DRAIN, State.MEASURE, State.PREGATE, State.SAVE,
+                 State.STOP, State.RELEASE, State.INSTALL, State.START, State.GATE, State.ROLLBACK_STOP,
+                 State.ROLLBACK_RELEASE, State.RESTORE, State.RESTORE_START, State.RESTORE_GATE, State.RESTORE_GATEWAY,
+                 State.RECORD]
 STEADY_PATH = [State.INSPECT, State.DECIDE, State.STEADY, State.RECORD]
 SCENARIOS = {
     # (installed before, healthy variants, perf gate, deployed, path)
@@ -1311,3 +1334,112 @@ def test_staged_files_each_need_name_src_and_mode_and_a_plain_name():
         "each of inspect.files needs name, src and mode; 'text' lacks name, src, mode",
     ]
     assert settings(files=[dict(good, name="a/b")]).problems()[0] == "each of files needs a plain file name; 'a/b' is not one"
+
+
+# -- behind the host's gateway (in place: the server's one slot) -----------------------------------------------------
+
+GW = {"url": "http://0.0.0.0:29999", "control_key_file": "/etc/sglang/sglang-qwen.gateway-key",
+      "workers_file": f"{SDIR}/gateway-workers.json"}
+
+
+def routed(host: FakeHost) -> list[str]:
+    return sorted(host.gateway_workers)
+
+
+def test_in_place_behind_the_gateway_takes_the_server_out_first_and_commits_only_once_routed(ddtree_host):
+    host = ddtree_host
+    host.gateway_workers = {DDTREE_URL: "w0"}
+    result = run(host, gateway=GW)
+    assert result["outcome"] == "switched"
+    states = [t[2] for t in result["trail"]]
+    assert states[states.index("gateway_out"):states.index("drain") + 1] == ["gateway_out", "drain"]
+    assert states[states.index("perf") + 1:states.index("commit") + 1] == ["gateway_in", "commit"]
+    # out before the drain (no new requests reach it), in before current.json says nextn
+    assert host.kinds("gateway_out", "drain", "stop", "start", "gateway_in") == [
+        "gateway_out", "drain", "stop", "start", "gateway_in"]
+    assert host.calls.index(("gateway_in", URL, CONFIG)) < host.calls.index(("write", CURRENT))
+    assert routed(host) == [URL]
+    assert json.loads(host.data(GW["workers_file"])) == {"workers": [URL]} and host.mode(GW["workers_file"]) == 0o600
+    gw = result["record"]["gateway"]
+    # clients had no server from the removal to the route, on the fake's clock: the removal's settle (5 s),
+    # the pre-gate (12), the GPUs' release poll (2), the variant's gate (12) and the route (0.5)
+    assert gw["unavailable_s"] == 5 + 12 + 2 + 12 + 0.5 and gw["out"] == {"removed": True, "seconds": 5.0}
+    assert gw["worker"] == DDTREE_URL and gw["in"] == {"added": True, "seconds": 0.5}
+    assert "had no server for 31.5 s" in result["summary"]
+    assert history(host)[-1]["gateway"] == gw
+
+
+def test_the_gateway_down_refuses_the_switch_before_anything_changes(ddtree_host):
+    host = ddtree_host
+    host.fail[("gateway_out", 1)] = "GET /workers failed: connection refused"
+    result = run(host, gateway=GW)
+    assert result["outcome"] == "failed_before_switching" and not result["changed"]
+    assert "could not take http://127.0.0.1:30001 out: GET /workers failed: connection refused" in result["msg"]
+    assert host.kinds(*MUTATING) == [] and host.serving == "ddtree" and host.data(MARKER) is None
+
+
+def test_a_failed_drain_puts_the_server_back_into_the_gateway(ddtree_host):
+    host = ddtree_host
+    host.gateway_workers = {DDTREE_URL: "w0"}
+    host.drain_error = "/v1/loads: HTTP 500"
+    result = run(host, gateway=GW)
+    assert result["outcome"] == "failed_before_switching"
+    assert [t[2] for t in result["trail"]][-3:] == ["drain", "gateway_return", "failed_before_switching"]
+    assert routed(host) == [DDTREE_URL] and host.serving == "ddtree" and "stop" not in host.kinds("stop")
+
+
+def test_a_variant_the_gateway_does_not_route_to_is_rolled_back_and_the_known_good_routed_again(ddtree_host):
+    host = ddtree_host
+    host.gateway_workers = {DDTREE_URL: "w0"}
+    host.fail[("gateway_in", 1)] = "the gateway did not route to http://127.0.0.1:30000 within 60 s: listed as pending"
+    result = run(host, gateway=GW)
+    rec = result["record"]
+    assert result["outcome"] == "rolled_back" and ("gateway_in", "failed", "rollback_stop") in result["trail"]
+    assert rec["verdict"]["phase"] == "gateway" and "does not route to it" in rec["verdict"]["msg"]
+    assert [t[2] for t in result["trail"]][-3:] == ["restore_gateway", "record", "rolled_back"]
+    # the failed variant's worker stays listed (it is stopped, the gateway marks it unhealthy), the restored one routes
+    assert DDTREE_URL in routed(host) and host.serving == "ddtree"
+    assert json.loads(host.data(GW["workers_file"])) == {"workers": [DDTREE_URL]}
+    assert rec["gateway"]["unavailable_s"] > 24
+
+
+def test_a_rolled_back_variant_leaves_the_known_good_routed_with_the_outage_recorded(ddtree_host):
+    host = ddtree_host
+    host.gateway_workers = {DDTREE_URL: "w0"}
+    host.healthy.discard("nextn")
+    result = run(host, gateway=GW)
+    assert result["outcome"] == "rolled_back"
+    assert "gateway_in" not in [t[2] for t in result["trail"]]  # never routed to a variant that failed its gate
+    assert routed(host) == [DDTREE_URL] and result["record"]["gateway"]["unavailable_s"] > 0
+    assert "had no server for" in result["summary"]
+
+
+def test_steady_puts_a_serving_server_the_gateway_lost_back_and_says_it_changed():
+    host = FakeHost()
+    install(host, NEXTN)
+    result = run(host, gateway=GW)
+    assert result["outcome"] == "unchanged" and result["changed"] and routed(host) == [URL]
+    assert json.loads(host.data(GW["workers_file"])) == {"workers": [URL]}
+    again = run(host, run_id="run2", gateway=GW)
+    assert again["outcome"] == "unchanged" and not again["changed"]
+
+
+def test_a_first_deploy_behind_the_gateway_routes_the_variant_with_no_outage_to_count():
+    host = FakeHost()
+    result = run(host, gateway=GW)
+    assert result["outcome"] == "switched" and routed(host) == [URL]
+    assert result["record"]["gateway"].get("unavailable_s") is None
+    prepare(host, "run9", DDTREE)
+    would = _switch.Switch(settings("run9", v=DDTREE, gateway=GW), host).plan()["would"]
+    assert would[:2] == ["decide", "gateway_out"] and "gateway_in" in would
+    assert "gateway_in" not in _switch.Switch(settings("run9", v=DDTREE), host).plan()["would"]
+
+
+@pytest.mark.parametrize("gateway, error", [
+    ({"url": "0.0.0.0:29999"}, "gateway needs the gateway's url"),
+    ({"url": "http://0.0.0.0:29999"}, "gateway needs control_key_file and workers_file"),
+    (dict(GW, url=URL), "the gateway and the server cannot both answer"),
+])
+def test_bad_gateway_settings_are_refused(gateway, error):
+    with pytest.raises(_switch.SwitchError, match=error):
+        _switch.Switch(settings(gateway=gateway), FakeHost())
