@@ -31,7 +31,6 @@ import os
 import sys
 import threading
 
-from ansible_collections.inferops.sglang.plugins.module_utils import _credentials
 from ansible_collections.inferops.sglang.plugins.module_utils import _gateway
 from ansible_collections.inferops.sglang.plugins.module_utils import _http
 
@@ -62,12 +61,13 @@ def command(host: str, port: int, metrics_port: int, health: dict | None = None)
             "--health-check-endpoint", checks["endpoint"]]
 
 
-def _credential(directory: str, name: str) -> str:
+def _credential(directory: str, name: str, colon: bool = False) -> str:
+    """A key from the credentials directory: one printable word (``colon``: it may hold ':')."""
     with open(f"{directory}/{name}", encoding="utf-8") as handle:
         value = handle.read().strip()
-    if not value or any(c.isspace() or c == ":" for c in value):
-        # smg splits --control-plane-api-keys at ':'; a key with one would be cut silently
-        raise LaunchError(f"the credential {name} is empty or holds whitespace or ':'")
+    if not value or any(c.isspace() for c in value) or (not colon and ":" in value):
+        # smg splits --control-plane-api-keys at ':'; a control key with one would be cut silently
+        raise LaunchError(f"the credential {name} is empty or holds whitespace" + ("" if colon else " or ':'"))
     return value
 
 
@@ -109,9 +109,9 @@ def _register_in_background(url: str, control_key: str, workers: list[str], api_
 
 def launch(argv: list[str], environ: dict, smg_main, start_thread=None) -> None:
     """Run smg (``smg_main``: ``smg.cli.main``) with ``argv`` (``command``'s) and, from
-    ``$CREDENTIALS_DIRECTORY``: ``control-key`` (the worker API, required), ``server-config`` (the
-    servers' SGLang ``--config`` file: its API key guards the serving routes and is sent to the
-    workers, when present) and ``workers`` (registered once smg answers, when present).
+    ``$CREDENTIALS_DIRECTORY``: ``control-key`` (the worker API, required), ``api-key`` (the servers'
+    API key: it guards the serving routes and is sent to the workers, when present) and ``workers``
+    (registered once smg answers, when present).
     ``start_thread(target, args)`` starts the registration (a daemon thread by default)."""
     directory = environ.get("CREDENTIALS_DIRECTORY")
     if not directory:
@@ -119,15 +119,8 @@ def launch(argv: list[str], environ: dict, smg_main, start_thread=None) -> None:
     control = _credential(directory, "control-key")
     keys = ["--control-plane-api-keys", f"{CONTROL_KEY_ID}:{CONTROL_KEY_ID}:admin:{control}"]
     api_key = None
-    config = os.path.join(directory, "server-config")
-    if os.path.exists(config):
-        try:
-            api_key = _credentials.api_key_from_config(config)
-        except ValueError as exc:
-            raise LaunchError(f"the credential server-config cannot be read: {exc}") from None
-        if api_key is not None and (not api_key or any(c.isspace() for c in api_key)):
-            raise LaunchError("the credential server-config holds an API key that is empty or holds whitespace")
-    if api_key:
+    if os.path.exists(os.path.join(directory, "api-key")):
+        api_key = _credential(directory, "api-key", colon=True)
         keys += ["--api-key", api_key]
     workers: list[str] = []
     path = os.path.join(directory, "workers")

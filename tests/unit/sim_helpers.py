@@ -180,8 +180,8 @@ class GatewayProcess:
         credentials = directory / "credentials"
         credentials.mkdir(parents=True)
         (credentials / "control-key").write_text(control_key + "\n")
-        if api_key:  # the servers' SGLang --config file, as the role writes it
-            (credentials / "server-config").write_text(f"api-key: {json.dumps(api_key)}\n")
+        if api_key:
+            (credentials / "api-key").write_text(api_key + "\n")
         if workers is not None:
             (credentials / "workers").write_text(json.dumps({"workers": workers}))
         self.port, self.metrics = free_port(), free_port()
@@ -262,3 +262,34 @@ class GatewayTraffic:
             time.sleep(0.05)
         self._stop.set()
         self._short.join(timeout=timeout)
+
+
+class FakeSystemctl:
+    """systemctl as run_command runs it: a timer's enabled and active states, every call kept."""
+
+    def __init__(self, enabled: bool = False, active: bool = False, fail: str | None = None) -> None:
+        self.enabled, self.active, self.fail = enabled, active, fail
+        self.calls: list[str] = []
+
+    def __call__(self, argv, **_kwargs):
+        assert argv[0] == "systemctl", argv
+        self.calls.append(" ".join(argv[1:]))
+        verb = argv[1]
+        if verb == self.fail:
+            return 1, "", f"Failed to {verb} unit: Access denied\n"
+        if verb == "is-enabled":
+            return (0 if self.enabled else 1), "", ""
+        if verb == "is-active":
+            return (0 if self.active else 3), "", ""
+        if verb == "enable":
+            self.enabled = True
+        elif verb in ("start", "restart"):
+            self.active = True
+        elif verb == "disable":
+            self.enabled = False
+            self.active = self.active and "--now" not in argv
+        return 0, "", ""
+
+    def changing(self) -> list[str]:
+        """The calls that change something (every one but the is-enabled and is-active queries)."""
+        return [call for call in self.calls if not call.startswith("is-")]

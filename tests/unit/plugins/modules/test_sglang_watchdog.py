@@ -12,7 +12,7 @@ import stat
 import subprocess
 import sys
 
-from sim_helpers import REPO, run_module, write_executable
+from sim_helpers import REPO, FakeSystemctl, run_module, write_executable
 
 from ansible_collections.inferops.sglang.plugins.modules import sglang_watchdog as mod
 
@@ -26,37 +26,6 @@ TIMER_TEXT = "[Timer]\nOnActiveSec=30\nOnUnitActiveSec=30\n\n[Install]\nWantedBy
 
 def _mode(path) -> int:
     return stat.S_IMODE(os.stat(path).st_mode)
-
-
-class FakeSystemctl:
-    """systemctl as run_command runs it: a timer's enabled and active states, every call kept."""
-
-    def __init__(self, enabled: bool = False, active: bool = False, fail: str | None = None) -> None:
-        self.enabled, self.active, self.fail = enabled, active, fail
-        self.calls: list[str] = []
-
-    def __call__(self, argv, **_kwargs):
-        assert argv[0] == "systemctl", argv
-        self.calls.append(" ".join(argv[1:]))
-        verb = argv[1]
-        if verb == self.fail:
-            return 1, "", f"Failed to {verb} unit: Access denied\n"
-        if verb == "is-enabled":
-            return (0 if self.enabled else 1), "", ""
-        if verb == "is-active":
-            return (0 if self.active else 3), "", ""
-        if verb == "enable":
-            self.enabled = True
-        elif verb in ("start", "restart"):
-            self.active = True
-        elif verb == "disable":
-            self.enabled = False
-            self.active = self.active and "--now" not in argv
-        return 0, "", ""
-
-    def changing(self) -> list[str]:
-        """The calls that change something (every one but the is-enabled and is-active queries)."""
-        return [call for call in self.calls if not call.startswith("is-")]
 
 
 def params(tmp_path, **overrides) -> dict:
