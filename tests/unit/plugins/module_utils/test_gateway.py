@@ -167,7 +167,7 @@ def test_a_restarted_gateway_routes_again_to_the_workers_of_its_workers_file(gat
 
 def test_the_launcher_hands_smg_the_keys_and_registers_the_workers_beside_it(tmp_path):
     (tmp_path / "control-key").write_text("ctl\n")
-    (tmp_path / "server-config").write_text('api-key: "k1"\n')
+    (tmp_path / "api-key").write_text("k1\n")
     (tmp_path / "workers").write_text('{"workers": ["http://127.0.0.1:31010/"]}')
     ran, threads = [], []
     argv = _gateway_launch.command("0.0.0.0", 30000, 30090)
@@ -181,7 +181,7 @@ def test_the_launcher_hands_smg_the_keys_and_registers_the_workers_beside_it(tmp
     ({}, "No such file"),
     ({"control-key": ""}, "control-key is empty or holds whitespace or ':'"),
     ({"control-key": "a:b"}, "control-key is empty or holds whitespace or ':'"),
-    ({"control-key": "ok", "server-config": 'api-key: "two words"'}, "server-config holds an API key that is empty"),
+    ({"control-key": "ok", "api-key": "two words"}, "api-key is empty or holds whitespace$"),
     ({"control-key": "ok", "workers": "[]"}, "the credential workers must be"),
     ({"control-key": "ok", "workers": '{"workers": ["127.0.0.1:1"]}'}, "the credential workers must be"),
     ({"control-key": "ok", "workers": "{"}, "the credential workers is not JSON"),
