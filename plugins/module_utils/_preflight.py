@@ -298,6 +298,28 @@ def unprivileged_port_start() -> int:
         return 1024
 
 
+def server_address(p: dict) -> tuple[str, int]:
+    """Where the server listens: the service's address, or behind the host's gateway (``p["gateway"]``,
+    which then takes the service's address) loopback on a port of its own."""
+    gateway = p.get("gateway")
+    return ("127.0.0.1", int(gateway["server_port"])) if gateway else (p["bind_host"], p["port"])
+
+
+def gateway_problems(p: dict) -> list[str]:
+    """The gateway's ports: each a port, none the same as another."""
+    gateway = p.get("gateway")
+    if not gateway:
+        return []
+    ports = {"port": p["port"], "gateway.server_port": gateway.get("server_port"),
+             "gateway.metrics_port": gateway.get("metrics_port")}
+    errors = [f"{name} must be in [1, 65535], got {value!r}" for name, value in ports.items()
+              if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535]
+    if not errors and len(set(ports.values())) < len(ports):
+        errors.append(f"the service's port, the server's behind the gateway and the gateway's metrics port must "
+                      f"differ, got {ports}")
+    return errors
+
+
 def host_facts(p: dict, run_command) -> dict:
     """What every variant is checked against, read once: the model and draft model directories,
     the unit's paths, the credentials, the GPUs, the installed SGLang and its --help. ``errors``:
@@ -310,6 +332,7 @@ def host_facts(p: dict, run_command) -> dict:
         errors.append(f"tp_size {p['tp_size']} does not match the {len(devices)} GPU(s) in gpu_devices {devices}")
     if not 1 <= p["port"] <= 65535:
         errors.append(f"port must be in [1, 65535], got {p['port']}")
+    errors.extend(gateway_problems(p))
     errors.extend(variants_mod.read_write_path_problems(p["read_write_paths"]))
     model = _model(p["model_path"], "model_path", errors)
     draft_errors: list[str] = []
@@ -339,8 +362,9 @@ def host_facts(p: dict, run_command) -> dict:
                     errors.append(f"python -m sglang.launch_server --help failed (exit {rc}): {(err or out).strip()[-300:]}")
                     version = None
                 help_text = out + err
-    server = dict(model_path=p["model_path"], served_model_name=p["served_model_name"], host=p["bind_host"],
-                  port=p["port"], tp_size=p["tp_size"], draft_model_path=p["draft_model_path"],
+    server_host, server_port = server_address(p)
+    server = dict(model_path=p["model_path"], served_model_name=p["served_model_name"], host=server_host,
+                  port=server_port, tp_size=p["tp_size"], draft_model_path=p["draft_model_path"],
                   enable_metrics=p["metrics"])
     return dict(errors=errors, draft_errors=draft_errors, memory=memory, version_text=version_text, version=version,
                 help=help_text, server=server,
@@ -365,15 +389,22 @@ def variant(p: dict, run_command) -> dict:
     if p["baseline"]:
         baseline = dict(resolve(p, p["baseline"], host), sglang_version=host["version_text"],
                         max_position_embeddings=host["max_position_embeddings"])
-    url = _deploy.url_of(["--host", p["bind_host"], "--port", str(p["port"])])
+    server_host, server_port = server_address(p)
+    url = _deploy.url_of(["--host", server_host, "--port", str(server_port)])
     # A port below the host's unprivileged range is one no other local user can bind, before the
     # server or while it is down (the API key goes to whoever answers there); the unit then gets
     # the one capability that binds it (templates/sglang.service.j2).
-    privileged = p["port"] < unprivileged_port_start()
+    start = unprivileged_port_start()
+    privileged = server_port < start
     if baseline is not None:
         baseline["privileged_port"] = privileged
+    gateway = None
+    if p.get("gateway"):
+        gateway = dict(url=_deploy.url_of(["--host", p["bind_host"], "--port", str(p["port"])]),
+                       bind_host=p["bind_host"], port=p["port"], metrics_port=p["gateway"]["metrics_port"],
+                       server_port=server_port, privileged_port=p["port"] < start)
     return dict(result, sglang_version=host["version_text"], max_position_embeddings=host["max_position_embeddings"],
-                url=url, baseline=baseline, privileged_port=privileged)
+                url=url, baseline=baseline, privileged_port=privileged, gateway=gateway)
 
 
 # -- the model's files -----------------------------------------------------------------

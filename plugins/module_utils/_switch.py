@@ -39,6 +39,7 @@ import posixpath
 import shutil
 import subprocess
 import time
+import urllib.parse
 
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
@@ -639,6 +640,12 @@ class Switch:
             return "skipped"
         worker = _worker(self.before.get("url") or self.s.url)
         self.gateway_log = {"url": g["url"], "worker": worker}
+        if _port(worker) == _port(g["url"]):
+            # the first switch behind a gateway: the running server holds the gateway's port until it stops
+            # (the gateway's unit binds it then), so clients lose it from the stop, as without a gateway
+            self.gateway_log["out"] = {"removed": False, "migrating": True}
+            self.unavailable_from = self.host.clock()
+            return "skipped"
         started = self.host.clock()
         try:
             out = dict(self.host.gateway_out(g, worker))
@@ -937,6 +944,13 @@ class Switch:
 
 
 # -- read and amended outside a switch ------------------------------------------------------------------------
+
+def _port(url: str) -> int | None:
+    try:
+        return urllib.parse.urlsplit(url).port
+    except ValueError:
+        return None
+
 
 def _worker(url: str) -> str:
     """A server's URL as the gateway lists it (no trailing slash)."""
@@ -1237,6 +1251,7 @@ class SystemHost:
             except (OSError, ValueError) as exc:
                 raise HostError(f"api_key_file {api_key_file}: {exc}") from None
         try:
+            gw.wait_up(timeout)  # a gateway that just took the port over from the server before it
             added = gw.find(worker) is None
             gw.add(worker, key)
             ready = gw.wait_ready(worker, timeout)

@@ -126,9 +126,16 @@ action:
   returned: always
   type: str
 liveness_s:
-  description: Seconds the gateway took to answer C(/liveness) after its start; null when it was not started.
+  description: Seconds the gateway took to answer C(/liveness) after its start; null when it was not waited for.
   returned: always
   type: float
+port_held_by:
+  description:
+    - What answered on O(port) before the gateway's first start (the server that listened there before the
+      gateway), else null. The start is not waited for then; the unit binds the port once the switch stops that
+      server, and the switch waits for it before it routes the variant.
+  returned: always
+  type: str
 """
 
 import json
@@ -220,8 +227,10 @@ def _ensure_control_key(path: str, check: bool) -> bool:
     return True
 
 
-def present(p: dict, check: bool, run_command, files: dict[str, str] | None = None, wait=None) -> dict:
-    """Install and run the gateway; the module's result. ``wait(url, timeout)`` waits for its /liveness."""
+def present(p: dict, check: bool, run_command, files: dict[str, str] | None = None, wait=None,
+            holder=None) -> dict:
+    """Install and run the gateway; the module's result. ``wait(url, timeout)`` waits for its /liveness;
+    ``holder(url)`` says what else holds its port before a start (then the start is not waited for)."""
     files = _host_code.code(ENTRY) if files is None else files
     try:
         code_written, removed = _host_code.install(p["root"], files, check)
@@ -267,12 +276,23 @@ def present(p: dict, check: bool, run_command, files: dict[str, str] | None = No
     elif unit_changed or code_written or removed or key_changed:
         action = "restarted"
     url = _gateway_launch.own_url(["--host", p["bind_host"], "--port", str(p["port"])])
-    liveness = None
+    liveness, held = None, None
     if action != "none" and not check:
+        held = (holder or _held_by_another)(url) if action == "started" else None
         _host_code.systemctl(run_command, "restart" if action == "restarted" else "start", "--", service)
-        liveness = (wait or _wait_up)(url, p["wait_timeout"])
+        if not held:
+            liveness = (wait or _wait_up)(url, p["wait_timeout"])
     return dict(changed=bool(written or removed or not enabled or action != "none"), url=url, written=written,
-                action=action, liveness_s=liveness)
+                action=action, liveness_s=liveness, port_held_by=held)
+
+
+def _held_by_another(url: str) -> str | None:
+    """What answers on the gateway's port before its start, when something does (the server that held the
+    service's port before the gateway): the gateway's unit binds it once that stops (Restart=always)."""
+    resp = _http.Client(url, None, True, 5).call("GET", "/liveness", auth=False)
+    if resp.status is None or resp.status == 200:  # nothing answers, or a gateway already does
+        return None
+    return f"another listener ({resp.describe()} to GET /liveness)"
 
 
 def _wait_up(url: str, timeout: float) -> float:
@@ -285,12 +305,12 @@ def _wait_up(url: str, timeout: float) -> float:
 def absent(p: dict, check: bool, run_command) -> dict:
     unit_path = os.path.join(p["unit_dir"], f"{p['unit']}.service")
     if not os.path.exists(unit_path):
-        return dict(changed=False, url=None, written=[], action="none", liveness_s=None)
+        return dict(changed=False, url=None, written=[], action="none", liveness_s=None, port_held_by=None)
     if not check:
         _host_code.systemctl(run_command, "disable", "--now", "--", f"{p['unit']}.service")
         os.unlink(unit_path)
         _host_code.systemctl(run_command, "daemon-reload")
-    return dict(changed=True, url=None, written=[], action="stopped", liveness_s=None)
+    return dict(changed=True, url=None, written=[], action="stopped", liveness_s=None, port_held_by=None)
 
 
 def main() -> None:

@@ -101,6 +101,22 @@ options:
     description: Port the server listens on.
     type: int
     default: 30000
+  gateway:
+    description:
+      - The host's gateway in front of the server (the sglang_service role's C(sglang_service_gateway)). The gateway
+        then listens on O(bind_host) and O(port), the server on loopback on O(gateway.server_port); the result's
+        C(variant.url) is the server's and C(variant.gateway) the gateway's address.
+      - The credentials check runs (the gateway's unit gets its keys as credentials).
+    type: dict
+    suboptions:
+      server_port:
+        description: The server's port on loopback.
+        type: int
+        required: true
+      metrics_port:
+        description: The gateway's Prometheus port on loopback.
+        type: int
+        required: true
   metrics:
     description: Render C(--enable-metrics) (see M(inferops.sglang.sglang_variant)).
     type: bool
@@ -270,7 +286,8 @@ def run(module: AnsibleModule) -> dict:
         step = "variant"
         variant = _preflight.variant(dict(
             p, python=settings["python"], tp_size=settings["tp_size"], gpu_devices=settings["gpu_devices"],
-            read_write_paths=list(p["read_write_paths"] or []), credentials=bool(p["api_key"] or p["admin_api_key"])), module.run_command)
+            read_write_paths=list(p["read_write_paths"] or []),
+            credentials=bool(p["api_key"] or p["admin_api_key"] or p["gateway"])), module.run_command)
         warnings += variant["memory_warnings"]
         step = "model"
         models = []
@@ -302,6 +319,8 @@ def main() -> None:
             served_model_name=dict(type="str"),
             bind_host=dict(type="str", default="127.0.0.1"),
             port=dict(type="int", default=30000),
+            gateway=dict(type="dict", options=dict(server_port=dict(type="int", required=True),
+                                                   metrics_port=dict(type="int", required=True))),
             metrics=dict(type="bool", default=False),
             read_write_paths=dict(type="raw", default=[]),
             environment=dict(type="raw", default={}),

@@ -1443,3 +1443,15 @@ def test_a_first_deploy_behind_the_gateway_routes_the_variant_with_no_outage_to_
 def test_bad_gateway_settings_are_refused(gateway, error):
     with pytest.raises(_switch.SwitchError, match=error):
         _switch.Switch(settings(gateway=gateway), FakeHost())
+
+
+def test_the_first_switch_behind_a_gateway_stops_the_server_that_holds_its_port_and_routes_the_variant():
+    """A host that ran its server on the service's port before the gateway: the gateway's unit binds the
+    port once the switch stops that server; the outage is counted from the gateway's part of the switch."""
+    host = FakeHost()
+    install(host, PLAIN)
+    result = run(host, gateway=dict(GW, url="http://0.0.0.0:30000"), v=DDTREE)
+    assert result["outcome"] == "switched" and routed(host) == [DDTREE_URL]
+    gw = result["record"]["gateway"]
+    assert gw["out"] == {"removed": False, "migrating": True} and gw["unavailable_s"] > 0
+    assert host.kinds("gateway_out") == []

@@ -47,7 +47,7 @@ class Waits:
 
 def test_first_install_makes_the_keys_the_workers_file_and_the_unit_and_starts_it(tmp_path):
     p, systemctl, waits = params(tmp_path), FakeSystemctl(), Waits()
-    result = mod.present(p, False, systemctl, wait=waits)
+    result = mod.present(p, False, systemctl, wait=waits, holder=lambda url: None)
     assert result["changed"] and result["action"] == "started" and result["url"] == "http://127.0.0.1:30000"
     assert systemctl.changing() == ["daemon-reload", f"enable -- {UNIT}.service", f"start -- {UNIT}.service"]
     assert waits.calls == [("http://127.0.0.1:30000", 60)] and result["liveness_s"] == 0.4
@@ -65,9 +65,16 @@ def test_first_install_makes_the_keys_the_workers_file_and_the_unit_and_starts_i
     assert sorted(n for n in result["written"] if "/" not in n) == ["_gateway.py", "_gateway_launch.py", "_http.py", "_mask.py"]
 
 
+def test_a_port_the_server_before_the_gateway_holds_is_not_waited_for(tmp_path):
+    p, waits = params(tmp_path), Waits()
+    result = mod.present(p, False, FakeSystemctl(), wait=waits, holder=lambda url: "another listener (HTTP 404)")
+    assert result["action"] == "started" and result["port_held_by"] == "another listener (HTTP 404)"
+    assert waits.calls == [] and result["liveness_s"] is None
+
+
 def test_a_second_run_changes_nothing_and_keeps_the_control_key(tmp_path):
     p = params(tmp_path)
-    mod.present(p, False, FakeSystemctl(), wait=Waits())
+    mod.present(p, False, FakeSystemctl(), wait=Waits(), holder=lambda url: None)
     control = open(p["control_key_file"]).read()
     systemctl = FakeSystemctl(enabled=True, active=True)
     again = mod.present(p, False, systemctl, wait=Waits())
@@ -79,7 +86,7 @@ def test_a_second_run_changes_nothing_and_keeps_the_control_key(tmp_path):
                                                 ({"port": 30100}, True)])
 def test_a_new_key_or_port_restarts_the_gateway(tmp_path, change, credential):
     p = params(tmp_path)
-    mod.present(p, False, FakeSystemctl(), wait=Waits())
+    mod.present(p, False, FakeSystemctl(), wait=Waits(), holder=lambda url: None)
     systemctl = FakeSystemctl(enabled=True, active=True)
     result = mod.present(dict(p, **change), False, systemctl, wait=Waits())
     assert result["action"] == "restarted" and systemctl.changing()[-1] == f"restart -- {UNIT}.service"
@@ -91,7 +98,7 @@ def test_a_new_key_or_port_restarts_the_gateway(tmp_path, change, credential):
 def test_check_mode_says_what_it_would_do_and_writes_nothing(tmp_path):
     p = params(tmp_path)
     systemctl = FakeSystemctl()
-    result = mod.present(p, True, systemctl, wait=Waits())
+    result = mod.present(p, True, systemctl, wait=Waits(), holder=lambda url: None)
     assert result["changed"] and result["action"] == "started" and result["liveness_s"] is None
     assert p["control_key_file"] in result["written"] and p["workers_file"] in result["written"]
     assert systemctl.calls == [] and not os.path.exists(p["control_key_file"]) and not os.path.exists(p["root"])
@@ -101,13 +108,13 @@ def test_a_control_key_path_through_a_link_is_not_followed(tmp_path):
     p = params(tmp_path)
     target = tmp_path / "elsewhere"
     os.symlink(target, p["control_key_file"])  # kept as it is: never written through
-    mod.present(p, False, FakeSystemctl(), wait=Waits())
+    mod.present(p, False, FakeSystemctl(), wait=Waits(), holder=lambda url: None)
     assert not target.exists() and os.path.islink(p["control_key_file"])
 
 
 def test_absent_stops_and_removes_the_unit_and_keeps_the_keys(tmp_path):
     p = params(tmp_path)
-    mod.present(p, False, FakeSystemctl(), wait=Waits())
+    mod.present(p, False, FakeSystemctl(), wait=Waits(), holder=lambda url: None)
     systemctl = FakeSystemctl(enabled=True, active=True)
     result = mod.absent(p, False, systemctl)
     assert result["changed"] and result["action"] == "stopped"
@@ -121,7 +128,7 @@ def test_the_units_command_line_from_the_installed_tree_runs_the_real_gateway(tm
     collection checkout), the credentials directory systemd makes from LoadCredential=."""
     port, metrics = free_port(), free_port()
     p = params(tmp_path, bind_host="127.0.0.1", port=port, metrics_port=metrics)
-    mod.present(p, False, FakeSystemctl(), wait=Waits())
+    mod.present(p, False, FakeSystemctl(), wait=Waits(), holder=lambda url: None)
     unit = open(os.path.join(p["unit_dir"], f"{UNIT}.service")).read()
     execstart = shlex.split(next(line for line in unit.splitlines() if line.startswith("ExecStart="))[len("ExecStart="):])
     credentials = tmp_path / "credentials"
@@ -148,7 +155,7 @@ def test_the_units_command_line_from_the_installed_tree_runs_the_real_gateway(tm
 
 def test_the_unit_passes_systemd_analyze_verify(tmp_path):
     p = params(tmp_path, python="/bin/true")
-    mod.present(p, False, FakeSystemctl(), wait=Waits())
+    mod.present(p, False, FakeSystemctl(), wait=Waits(), holder=lambda url: None)
     done = subprocess.run(["systemd-analyze", "verify", os.path.join(p["unit_dir"], f"{UNIT}.service")],
                           capture_output=True, text=True, check=False, timeout=60)
     problems = [line for line in done.stderr.splitlines() if f"{UNIT}.service" in line]

@@ -8,6 +8,7 @@ looks at the host."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 
@@ -187,3 +188,30 @@ def test_a_damaged_model_is_refused_last_and_a_variant_without_a_draft_checks_on
     assert result["msg"].startswith(f"model {model} fails the quick check: ") and f"{ms.INDEX} has " in result["msg"]
     rc, result = run(capsys, **args(ct129, name="nextn", model_path=str(model), model_check="off"))
     assert rc == 0 and result["models"] == []
+
+
+def test_behind_the_gateway_the_server_moves_to_loopback_and_the_gateway_takes_the_service_address(ct129, capsys, monkeypatch):
+    probes = []
+    monkeypatch.setattr(_preflight._credentials, "problem", lambda run_command: probes.append(1))
+    rc, result = run(capsys, **args(ct129, bind_host="0.0.0.0", port=30000, api_key="k3y-for-the-test",
+                                    gateway={"server_port": 30010, "metrics_port": 29000}))
+    assert rc == 0, result
+    variant = result["variant"]
+    assert variant["url"] == "http://127.0.0.1:30010" and probes == [1]  # the gateway's keys are credentials
+    argv = variant["argv"]
+    assert argv[argv.index("--host") + 1] == "127.0.0.1" and argv[argv.index("--port") + 1] == "30010"
+    assert variant["gateway"] == {"url": "http://127.0.0.1:30000", "bind_host": "0.0.0.0", "port": 30000,
+                                  "metrics_port": 29000, "server_port": 30010, "privileged_port": False}
+    rc, result = run(capsys, **args(ct129))
+    assert result["variant"]["gateway"] is None and result["variant"]["url"] == "http://127.0.0.1:30000"
+
+
+@pytest.mark.parametrize("gateway, error", [
+    ({"server_port": 30000, "metrics_port": 29000}, "must differ"),
+    ({"server_port": 30010, "metrics_port": 30010}, "must differ"),
+    ({"server_port": 70000, "metrics_port": 29000}, r"gateway.server_port must be in \[1, 65535\]"),
+])
+def test_gateway_ports_that_clash_are_refused_before_anything_changes(ct129, capsys, monkeypatch, gateway, error):
+    monkeypatch.setattr(_preflight._credentials, "problem", lambda run_command: None)
+    rc, result = run(capsys, **args(ct129, port=30000, gateway=gateway))
+    assert rc == 1 and result["step"] == "variant" and re.search(error, result["msg"]), result["msg"]
