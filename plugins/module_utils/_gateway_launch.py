@@ -58,7 +58,11 @@ def command(host: str, port: int, metrics_port: int, health: dict | None = None)
             "--health-check-interval-secs", str(checks["interval"]),
             "--health-failure-threshold", str(checks["failure_threshold"]),
             "--health-success-threshold", str(checks["success_threshold"]),
-            "--health-check-endpoint", checks["endpoint"]]
+            "--health-check-endpoint", checks["endpoint"],
+            # a server the watchdog restarts comes back on the same URL: the gateway keeps it listed,
+            # unhealthy, and routes to it again once its checks pass (smg 1.13.0 `smg launch --help`:
+            # removal follows service discovery by default, which is off here; said explicitly)
+            "--no-remove-unhealthy-workers"]
 
 
 def _credential(directory: str, name: str, colon: bool = False) -> str:

@@ -1109,6 +1109,24 @@ def test_killed_on_entering_a_state_the_next_run_repairs(name, state, repair):
     serving_truth(host, rec)
 
 
+@pytest.mark.parametrize("name,state,repair", CASES, ids=[f"{n}-{s.value}-{r}" for n, s, r in CASES])
+def test_killed_on_entering_a_state_behind_the_gateway_the_next_run_routes_what_serves(name, state, repair):
+    """The same kills behind the host's gateway: whatever state the kill left the gateway in (the server
+    taken out, the variant put in before its commit), the next deploy ends with the gateway routing to
+    the server that serves, and the live workers file naming it."""
+    installed, _healthy, perf, deployed, _path = SCENARIOS[name]
+    host = scenario_host(name)
+    host.gateway_workers = {host.urls[installed["variant"]]: "w0"}
+    with pytest.raises(_switch.Interrupted):
+        run(host, v=deployed, perf_gate=perf, stop_at=state, gateway=GW)
+    again_variant = deployed if repair == "same" else installed
+    result = run(host, "run2", again_variant, perf_gate=perf, gateway=GW)
+    rec = result["record"]
+    serving_truth(host, rec)
+    live = host.urls[rec["running"]]
+    assert live in routed(host) and json.loads(host.data(GW["workers_file"])) == {"workers": [live]}
+
+
 # -- check mode -----------------------------------------------------------------------------------------------------
 
 def test_check_mode_says_what_a_switch_would_do_and_changes_nothing(ddtree_host):
