@@ -22,12 +22,13 @@ $(SANITY_VENV)/.stamp: requirements.txt
 	touch $@
 
 # The gateway the collection pins (_gateway.PINNED), for the tests that run it, with its
-# dependencies locked (lab/gateway-constraints.txt).
+# dependencies locked by the lock the sglang_runtime role installs hosts' gateway venvs with.
 GATEWAY_VENV := .cache/gateway-venv
 GATEWAY_VERSION := $(shell sed -n 's/^PINNED = "\(.*\)"$$/\1/p' plugins/module_utils/_gateway.py)
-$(GATEWAY_VENV)/.stamp: plugins/module_utils/_gateway.py lab/gateway-constraints.txt
+GATEWAY_LOCK := roles/sglang_runtime/files/constraints/smg-$(GATEWAY_VERSION).txt
+$(GATEWAY_VENV)/.stamp: plugins/module_utils/_gateway.py $(GATEWAY_LOCK)
 	mkdir -p .cache
-	.ci/timed gateway-venv .ci/venv.sh $(GATEWAY_VENV) -c lab/gateway-constraints.txt smg==$(GATEWAY_VERSION)
+	.ci/timed gateway-venv .ci/venv.sh $(GATEWAY_VENV) -c $(GATEWAY_LOCK) smg==$(GATEWAY_VERSION)
 
 setup: $(VENV)/.stamp
 	.ci/timed setup-machine lab/setup-machine.sh

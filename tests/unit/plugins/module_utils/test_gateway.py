@@ -165,6 +165,27 @@ def test_a_restarted_gateway_routes_again_to_the_workers_of_its_workers_file(gat
     assert f"registered 1 worker(s): {url}" in process.output() and api not in process.output()
 
 
+def test_a_server_restarted_on_its_url_is_routed_to_again_without_being_added_again(gateway, launch):
+    """What the watchdog's restart (or an in-place switch's) leaves behind: the gateway keeps the worker
+    listed while it is down (--no-remove-unhealthy-workers) and routes to it once its checks pass again."""
+    gw, process = gateway(extra=("--health-check-interval-secs", "1", "--health-failure-threshold", "1",
+                                 "--health-success-threshold", "1"))
+    server = serving(launch)
+    url = f"http://127.0.0.1:{server.port}"
+    worker_id = gw.add(url)
+    gw.wait_ready(url, timeout=30)
+    server.proc.kill()
+    server.proc.wait()
+    deadline = time.monotonic() + 30
+    while gw.find(url)["healthy"]:
+        assert time.monotonic() < deadline, "the gateway never saw the server go"
+        time.sleep(0.2)
+    assert through_gateway(process.port, 4)["status"] != 200
+    again = serving(launch, port=server.port)
+    assert gw.wait_ready(url, timeout=60)["worker"]["id"] == worker_id and again.port == server.port
+    assert through_gateway(process.port, 4)["status"] == 200
+
+
 def test_the_launcher_hands_smg_the_keys_and_registers_the_workers_beside_it(tmp_path):
     (tmp_path / "control-key").write_text("ctl\n")
     (tmp_path / "api-key").write_text("k1\n")
@@ -266,7 +287,8 @@ def test_the_pinned_gateway_is_the_one_tested():
     out = subprocess.run([str(GATEWAY_PYTHON), "-c", "import importlib.metadata as m; print(m.version('smg'))"],
                          capture_output=True, text=True, check=True).stdout.strip()
     assert out == _gateway.PINNED, f"the test venv has smg {out}, the collection pins {_gateway.PINNED}"
-    locked = [line for line in (REPO / "lab" / "gateway-constraints.txt").read_text().splitlines() if line.startswith("smg==")]
+    lock = REPO / "roles" / "sglang_runtime" / "files" / "constraints" / f"smg-{_gateway.PINNED}.txt"
+    locked = [line for line in lock.read_text().splitlines() if line.startswith("smg==")]
     assert locked == [f"smg=={_gateway.PINNED}"]
 
 
