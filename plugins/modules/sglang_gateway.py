@@ -20,7 +20,7 @@ description:
     a dynamic user with no devices, no capabilities (but C(CAP_NET_BIND_SERVICE) for a port below 1024), a
     read-only system and Prometheus on loopback.
   - The control-plane key (the worker API) is made once, at random, in O(control_key_file) (root only, created
-    exclusively), and never returned. The servers' API key, when given, is written to O(api_key_file) (root only):
+    exclusively), and never returned. The servers' API key, when given, is written to O(api_key_file) (root only);
     the gateway requires it of clients and sends it to the servers.
   - O(workers_file) (root only) lists the live servers; the switch rewrites it. Created empty when missing; the unit
     is handed it, and the launcher registers its servers once smg answers, so a restarted gateway routes again.
