@@ -8,7 +8,7 @@ export ANSIBLE_FORCE_COLOR ?= 0
 # Requests to the lab's local servers never go through a proxy.
 export NO_PROXY := 127.0.0.1,localhost
 
-.PHONY: setup real lab lab-down test lint sanity units conformance molecule bench bench-plan bench-perf bench-fleet
+.PHONY: setup real lab lab-down test lint sanity units conformance molecule bench bench-plan bench-perf bench-fleet bench-switch
 
 # The venvs live in the per-user cache, keyed by their inputs (.ci/venv.sh).
 $(VENV)/.stamp: requirements.txt
@@ -73,8 +73,9 @@ lab-down:
 ## 0.5.11/0.5.23 on CPU (lab/bench/readiness_real.py, about 10 min), each gate
 ## against the naive uri loop; and the memory planner's plans per second (no
 ## lab needed: make bench-plan); and the performance gate's cost and verdict on
-## real SGLang (make bench-perf).
-bench: setup real bench-plan bench-perf
+## real SGLang (make bench-perf); what a switch behind the gateway costs clients
+## (make bench-switch).
+bench: setup real bench-plan bench-perf bench-switch
 	lab/labctl up
 	ansible-playbook -i inventories/lab lab/playbooks/field_cases.yml
 	python lab/bench/readiness.py
@@ -85,6 +86,13 @@ bench-perf: setup real
 
 bench-plan: $(VENV)/.stamp
 	python lab/bench/planner.py
+
+## Failed requests, cut streams and the longest gap under constant load through the
+## real gateway, for a switch and a refused candidate, on the simulator and on real
+## SGLang (lab/bench/switch.py; figures in .cache/bench/switch.json).
+bench-switch: setup real $(GATEWAY_VENV)/.stamp
+	python lab/bench/switch.py --server sim
+	python lab/bench/switch.py --server real
 
 ## A lab fleet of simulated hosts (lab/labctl fleet): rolling deploy wall time
 ## against N and forks, a failing canary and a failing third batch (figures in
