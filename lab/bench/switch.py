@@ -8,9 +8,10 @@ The host seam is ``_switch.SystemHost`` for everything but the unit, which is a 
 here (``ProcessHost``: its unit file holds the server's arguments; the gate watches its PID).
 
 Clients, all through the gateway's port, from before the switch until after it: two loops of
-short requests one after another, and a loop of streams of 200 tokens. For each switch:
-requests and streams, the failed ones, the streams cut short, the longest time with no
-successful answer, and the switch's own record (outcome, the gateway's ``unavailable_s``,
+short requests one after another, and a loop of streams of 200 tokens; a failed request is
+sent again 50 ms later (so the failed counts measure attempts during the outage, not users).
+For each switch: requests and streams, the failed and refused ones, the streams cut short
+(answered 200, ended before their tokens), the longest time with no successful answer, and the switch's own record (outcome, the gateway's ``unavailable_s``,
 the variant's start time as its gate measured it).
 
 Servers: the SGLang simulator with ct200's hardware file at a time scale (``--server sim``,
@@ -112,8 +113,10 @@ def figures(done: list, since: float, until: float) -> dict:
     short = [d for d in inside if d[0] == "short"]
     streams = [d for d in inside if d[0] == "stream"]
     ends = sorted([since] + [d[2] for d in done if d[3] and since <= d[2] <= until] + [until])
+    # a stream refused (no 200) failed as a request does; one that got its 200 and ended short was cut
     return {"requests": len(short), "failed": sum(1 for d in short if not d[3]), "streams": len(streams),
-            "cut_streams": sum(1 for d in streams if not d[3]),
+            "failed_streams": sum(1 for d in streams if d[4].get("status") != 200),
+            "cut_streams": sum(1 for d in streams if d[4].get("status") == 200 and not d[3]),
             "longest_gap_s": round(max(b - a for a, b in zip(ends, ends[1:])), 2)}
 
 
@@ -247,7 +250,7 @@ def main() -> int:
                        rollback_gate_s=(record.get("rollback") or {}).get("elapsed"))
             results.append(out)
             print(f"{name} ({options.server}): {out['outcome']} in {out['switch_s']} s; {out['requests']} requests, "
-                  f"{out['failed']} failed; {out['streams']} streams, {out['cut_streams']} cut; longest gap with no "
+                  f"{out['failed']} failed; {out['streams']} streams, {out['failed_streams']} refused, {out['cut_streams']} cut; longest gap with no "
                   f"answer {out['longest_gap_s']} s; the record's unavailable_s {out['unavailable_s']}; the variant's "
                   f"gate {out['variant_gate_s']} s, the restored one's {out['rollback_gate_s']} s", flush=True)
     finally:

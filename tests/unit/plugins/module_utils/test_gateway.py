@@ -303,3 +303,26 @@ def test_the_launcher_needs_nothing_but_the_standard_library_and_smg():
         imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
     outside = {m for m in imported - {"ansible_collections", "smg"} if m not in sys.stdlib_module_names}
     assert outside == set() and "smg" in imported
+
+
+def test_the_switchs_host_takes_a_server_out_and_puts_it_back_on_the_same_url_at_once(gateway, launch, tmp_path):
+    """In place, the server's URL is removed and added again: the host does not wait for the removal
+    (the gateway routes nothing new to a draining worker), and waits for it to be gone before it adds the
+    same URL again (smg would answer 409 for the draining one, which never turns ready)."""
+    from ansible_collections.inferops.sglang.plugins.module_utils import _switch
+
+    gw, process = gateway()
+    server = serving(launch)
+    url = f"http://127.0.0.1:{server.port}"
+    gw.add(url)
+    gw.wait_ready(url, timeout=30)
+    (tmp_path / "control-key").write_text(KEY + "\n")
+    settings = {"url": process.url, "control_key_file": str(tmp_path / "control-key"), "timeout": 30}
+    host = _switch.SystemHost("sglang-qwen.service")
+    out = host.gateway_out(settings, url)
+    assert out["removed"] is True and out["seconds"] < 2 and gw.find(url)["status"] == "draining"
+    assert through_gateway(process.port, 4)["status"] != 200  # nothing new reaches it
+    back = host.gateway_in(settings, url, None)
+    assert back["added"] is True and gw.find(url)["status"] == "ready"
+    assert back["seconds"] < 5 and through_gateway(process.port, 4)["status"] == 200
+    assert host.gateway_out(settings, "http://127.0.0.1:1") == {"removed": False, "seconds": 0.0}
