@@ -320,6 +320,22 @@ def gateway_problems(p: dict) -> list[str]:
     return errors
 
 
+def gateway_key_warning(p: dict) -> str | None:
+    """Behind the gateway with an API key, on a server port any local user may bind: the gateway sends
+    the key to whoever listens there (its health checks, every few seconds, also while a restart
+    leaves the port free); a port below the host's unprivileged range closes that (the unit then
+    gets the one capability that binds it)."""
+    gateway = p.get("gateway")
+    if not gateway or not p.get("api_key"):
+        return None
+    start = unprivileged_port_start()
+    if int(gateway["server_port"]) < start:
+        return None
+    return (f"the server behind the gateway listens on 127.0.0.1:{gateway['server_port']}, which any local user may "
+            f"bind while the server is down (a restart, a switch): the gateway would send it the API key with its "
+            f"health checks. A port below {start} (sglang_service_server_port) is one only the server's unit may bind.")
+
+
 def host_facts(p: dict, run_command) -> dict:
     """What every variant is checked against, read once: the model and draft model directories,
     the unit's paths, the credentials, the GPUs, the installed SGLang and its --help. ``errors``:

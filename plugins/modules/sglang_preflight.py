@@ -273,7 +273,8 @@ def run(module: AnsibleModule) -> dict:
     if refused:
         module.fail_json(msg=f"the service's account cannot be used, nothing was changed: {refused}", errors=[refused],
                          step="account")
-    exposed = _preflight.exposure_warning(p["bind_host"], p["api_key"])
+    exposed = [w for w in (_preflight.exposure_warning(p["bind_host"], p["api_key"]),
+                           _preflight.gateway_key_warning(p)) if w]
     step = "manifest"
     try:
         host, warnings = _preflight.manifest_read(dict(
@@ -296,7 +297,7 @@ def run(module: AnsibleModule) -> dict:
             models = [_preflight.model_verified(path, p["model_check"]) for path in paths]
     except _preflight.Refused as exc:
         module.fail_json(msg=exc.msg, step=step, **exc.result)
-    for warning in ([exposed] if exposed else []) + warnings:
+    for warning in exposed + warnings:
         module.warn(warning)
     return dict(host, variant=variant, models=models)
 

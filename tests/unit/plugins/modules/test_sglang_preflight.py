@@ -215,3 +215,12 @@ def test_gateway_ports_that_clash_are_refused_before_anything_changes(ct129, cap
     monkeypatch.setattr(_preflight._credentials, "problem", lambda run_command: None)
     rc, result = run(capsys, **args(ct129, port=30000, gateway=gateway))
     assert rc == 1 and result["step"] == "variant" and re.search(error, result["msg"]), result["msg"]
+
+
+@pytest.mark.parametrize("server_port, api_key, warned", [(30010, "k3y", True), (30010, None, False), (900, "k3y", False)])
+def test_a_keyed_server_behind_the_gateway_on_a_port_anyone_may_bind_is_warned_about(server_port, api_key, warned):
+    said = _preflight.gateway_key_warning({"gateway": {"server_port": server_port, "metrics_port": 29000},
+                                           "api_key": api_key})
+    assert (said is not None) is warned
+    if warned:
+        assert "127.0.0.1:30010" in said and "send it the API key" in said and "k3y" not in said
