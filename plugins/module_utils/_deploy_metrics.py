@@ -55,6 +55,11 @@ FAMILIES = {
     "perf_figure": ("gauge", "The newest performance gate measurement of the service: one series per figure "
                              "(output_tokens_per_s, ttft_p50 and ttft_p95 in seconds, tpot_p50, itl_p50, accept_length)."),
     "perf_timestamp_seconds": ("gauge", "When the newest performance measurement was recorded, in seconds since the epoch."),
+    "deploy_unavailable_seconds": ("gauge", "Behind the host's gateway: how long the last deploy that took the server "
+                                            "out of it left clients without a server (from the removal to the gateway "
+                                            "routing to the variant or the restored service)."),
+    "unavailable_seconds_total": ("counter", "Behind the host's gateway: the seconds clients had no server, summed over "
+                                             "the recorded deploys."),
     "watchdog_events_total": ("counter", "The watchdog's recorded actions on the service, by event (restarted, held_back, "
                                          "report, restart_failed, interrupted_switch, recovered)."),
     "watchdog_last_event_timestamp_seconds": ("gauge", "When the watchdog last recorded an action, in seconds since the epoch."),
@@ -136,6 +141,11 @@ def textfile(service: str, deploys: list[dict], watchdog: list[dict] | None = No
             stamp = epoch(newest.get("time"))
             if stamp is not None:
                 out.sample("perf_timestamp_seconds", dict(svc, variant=newest.get("variant")), stamp)
+    outages = [r["gateway"]["unavailable_s"] for r in deploys if isinstance(r.get("gateway"), dict)
+               and isinstance(r["gateway"].get("unavailable_s"), (int, float))]
+    if outages:
+        out.sample("deploy_unavailable_seconds", svc, outages[-1])
+        out.sample("unavailable_seconds_total", svc, round(sum(outages), 2))
     events = [r for r in (watchdog or []) if r.get("event") in WATCHDOG_EVENTS]
     if events or deploys:
         for event in WATCHDOG_EVENTS:

@@ -68,6 +68,17 @@ def test_a_switch_then_a_rollback_read_as_the_last_outcome_and_counts():
     assert families["inferops_sglang_deploy_info"]["type"] == "gauge"
 
 
+def test_the_outage_behind_the_gateway_is_the_last_deploys_and_summed():
+    records = [deploy("switched", "nextn", "2026-12-03T01:00:00Z"),
+               dict(deploy("switched", "balanced", "2026-12-03T02:00:00Z"), gateway={"unavailable_s": 26.38}),
+               dict(deploy("rolled_back", "shadow", "2026-12-03T03:00:00Z"), gateway={"unavailable_s": 45.64}),
+               dict(deploy("unchanged", "nextn", "2026-12-03T04:00:00Z"), gateway={"in": {"added": False}})]
+    text = dm.textfile(SERVICE, records)
+    assert value(text, "inferops_sglang_deploy_unavailable_seconds") == 45.64
+    assert value(text, "inferops_sglang_unavailable_seconds_total") == 72.02
+    assert "unavailable" not in dm.textfile(SERVICE, records[:1])  # no gateway, no series
+
+
 def test_a_failed_rollback_is_not_healthy_and_nothing_serves():
     text = dm.textfile(SERVICE, [deploy("rollback_failed", "balanced", "2026-12-03T02:00:00Z", ready=False,
                                         failure="timeout", cause="", running="")])
