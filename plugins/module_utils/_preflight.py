@@ -30,6 +30,7 @@ import grp
 import json
 import os
 import pwd
+import re
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _credentials
 from ansible_collections.inferops.sglang.plugins.module_utils import _deploy
@@ -306,8 +307,22 @@ def server_address(p: dict) -> tuple[str, int]:
 
 
 def gateway_problems(p: dict) -> list[str]:
-    """The gateway's ports: each a port, none the same as another."""
-    gateway = p.get("gateway")
+    """The gateway's ports: each a port, none the same as another; a fleet's gateway on another host
+    (``p["gateway_url"]``): a URL, its control key, a server it can reach, and not beside the host's own."""
+    gateway, fleet = p.get("gateway"), p.get("gateway_url")
+    if fleet:
+        errors = []
+        if gateway:
+            errors.append("a host's own gateway (sglang_service_gateway) and a fleet's (sglang_service_gateway_url) "
+                          "exclude each other")
+        if not re.match(r"https?://[^\s/]+", str(fleet)):
+            errors.append(f"gateway_url must be an http:// or https:// URL, got {fleet!r}")
+        if not p.get("gateway_control_key"):
+            errors.append("a fleet's gateway (gateway_url) needs its control key (sglang_service_gateway_control_key)")
+        if _prom_targets.loopback(p["bind_host"] or "127.0.0.1"):
+            errors.append(f"a gateway on another host cannot reach a server that listens on {p['bind_host']} "
+                          f"(sglang_service_bind_host)")
+        return errors
     if not gateway:
         return []
     ports = {"port": p["port"], "gateway.server_port": gateway.get("server_port"),

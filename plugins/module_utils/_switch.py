@@ -267,7 +267,9 @@ class Settings:
     plan_tolerance: float | None = None
     controller_user: str | None = None
     # the host's gateway in front of the server (sglang_service_gateway): url (its client port),
-    # control_key_file (root only), workers_file (the live workers, handed to its unit), timeout
+    # control_key_file (root only), workers_file (the live workers, handed to its unit), timeout;
+    # or a gateway on another host in front of several (sglang_service_gateway_url): url, control_key
+    # (the value), worker_url (where that gateway reaches this server), timeout
     gateway: dict | None = None
 
     def problems(self) -> list[str]:
@@ -292,6 +294,11 @@ class Settings:
             g = self.gateway
             if not isinstance(g, dict) or not str(g.get("url") or "").startswith(("http://", "https://")):
                 errors.append(f"gateway needs the gateway's url (http:// or https://), got {g!r}")
+            elif g.get("worker_url"):  # a fleet's gateway on another host
+                if not str(g["worker_url"]).startswith(("http://", "https://")):
+                    errors.append(f"gateway.worker_url must be an http:// or https:// URL, got {g['worker_url']!r}")
+                if not g.get("control_key"):
+                    errors.append("a gateway on another host needs its control_key")
             else:
                 missing = [k for k in ("control_key_file", "workers_file") if not g.get(k)]
                 if missing:
@@ -618,10 +625,14 @@ class Switch:
 
     # -- the gateway ----------------------------------------------------------------------------------------
 
+    def _worker_of(self, url: str) -> str:
+        """The server at ``url`` as the gateway reaches it: itself on this host, else the fleet gateway's worker_url."""
+        return _worker(self.s.gateway.get("worker_url") or url)
+
     def _gateway_in(self, url: str, api_key_file: str | None) -> dict:
-        """The server at ``url`` into the gateway and routed to; the live workers file rewritten.
-        HostError when the gateway does not route to it in time."""
-        g, worker = self.s.gateway, _worker(url)
+        """The server at ``url`` into the gateway and routed to; the live workers file rewritten (the
+        host's own gateway). HostError when the gateway does not route to it in time."""
+        g, worker = self.s.gateway, self._worker_of(url)
         self.gateway_log = self.gateway_log or {"url": g["url"], "worker": worker}
         answer = dict(self.host.gateway_in(g, worker, api_key_file))
         self.gateway_log["in"] = answer
@@ -629,7 +640,7 @@ class Switch:
             self.gateway_log["unavailable_s"] = round(self.host.clock() - self.unavailable_from, 2)
             self.unavailable_from = None
         workers = json.dumps({"workers": [worker]}, indent=4).encode("utf-8")
-        if self.host.read_bytes(g["workers_file"]) != workers:
+        if g.get("workers_file") and self.host.read_bytes(g["workers_file"]) != workers:
             self.host.write_atomic(g["workers_file"], workers, 0o600)
         return answer
 
@@ -638,9 +649,9 @@ class Switch:
         g = self.s.gateway
         if not g or not self._serving():
             return "skipped"
-        worker = _worker(self.before.get("url") or self.s.url)
+        worker = self._worker_of(self.before.get("url") or self.s.url)
         self.gateway_log = {"url": g["url"], "worker": worker}
-        if _port(worker) == _port(g["url"]):
+        if not g.get("worker_url") and _port(worker) == _port(g["url"]):
             # the first switch behind a gateway: the running server holds the gateway's port until it stops
             # (the gateway's unit binds it then), so clients lose it from the stop, as without a gateway
             self.gateway_log["out"] = {"removed": False, "migrating": True}
@@ -1218,13 +1229,16 @@ class SystemHost:
             raise HostError(f"benchmark: {exc}") from None
 
     def _gateway(self, gateway: dict) -> tuple[_gateway.Gateway, float]:
-        """The host's gateway through its control key (a root-only file), and the switch's timeout for it."""
-        path = gateway["control_key_file"]
-        try:
-            with open(path, encoding="utf-8") as handle:
-                key = handle.read().strip()
-        except OSError as exc:
-            raise HostError(f"the gateway's control key {path} cannot be read: {exc}") from None
+        """The gateway through its control key (the host's own: a root-only file; a fleet's: given), and
+        the switch's timeout for it."""
+        key = gateway.get("control_key")
+        if not key:
+            path = gateway["control_key_file"]
+            try:
+                with open(path, encoding="utf-8") as handle:
+                    key = handle.read().strip()
+            except OSError as exc:
+                raise HostError(f"the gateway's control key {path} cannot be read: {exc}") from None
         try:
             client = _http.Client(gateway["url"], key, bool(self.gate_options.get("validate_certs", True)), 10.0)
         except ValueError as exc:

@@ -117,6 +117,14 @@ options:
         description: The gateway's Prometheus port on loopback.
         type: int
         required: true
+  gateway_url:
+    description:
+      - A fleet's gateway on another host in front of this server (the role's C(sglang_service_gateway_url)): checked
+        to be a URL, with its control key, not beside O(gateway), and the server not on loopback only.
+    type: str
+  gateway_control_key:
+    description: The control key of the gateway at O(gateway_url) (checked to be set; never returned).
+    type: str
   metrics:
     description: Render C(--enable-metrics) (see M(inferops.sglang.sglang_variant)).
     type: bool
@@ -322,6 +330,8 @@ def main() -> None:
             port=dict(type="int", default=30000),
             gateway=dict(type="dict", options=dict(server_port=dict(type="int", required=True),
                                                    metrics_port=dict(type="int", required=True))),
+            gateway_url=dict(type="str"),
+            gateway_control_key=dict(type="str", no_log=True),
             metrics=dict(type="bool", default=False),
             read_write_paths=dict(type="raw", default=[]),
             environment=dict(type="raw", default={}),

@@ -198,6 +198,9 @@ options:
         one. The running server is taken out of it before its drain, and the variant is committed only once the
         gateway routes to it (after a rollback, the restored service is put back). The record's C(gateway) says how
         long clients had no server behind it.
+      - Or a gateway on another host in front of several servers (the role's C(sglang_service_gateway_url)), with
+        C(control_key) and C(worker_url) instead of C(control_key_file) and C(workers_file); a rolling deploy then
+        takes each host out of it, switches it and puts it back once it serves.
       - Unset, the switch has no gateway part.
     type: dict
     suboptions:
@@ -206,15 +209,19 @@ options:
         type: str
         required: true
       control_key_file:
-        description: The file holding the gateway's control-plane key (root only); the key is never an option.
+        description: The host's own gateway, the file holding its control-plane key (root only).
         type: path
-        required: true
       workers_file:
         description:
-          - The live workers' file, rewritten with the server's URL once the gateway routes to it; the gateway's unit
-            is handed it, so a restarted gateway routes again.
+          - The host's own gateway, the live workers' file, rewritten with the server's URL once the gateway routes to
+            it; the gateway's unit is handed it, so a restarted gateway routes again.
         type: path
-        required: true
+      control_key:
+        description: A gateway on another host, its control-plane key (masked in every result).
+        type: str
+      worker_url:
+        description: A gateway on another host, the URL it reaches this host's server at.
+        type: str
       timeout:
         description: Seconds the gateway may take to route to a ready server, or to forget a removed one.
         type: float
@@ -451,8 +458,10 @@ def main() -> None:
             api_key=dict(type="str", no_log=True),
             gateway=dict(type="dict", options=dict(
                 url=dict(type="str", required=True),
-                control_key_file=dict(type="path", required=True, no_log=False),
-                workers_file=dict(type="path", required=True),
+                control_key_file=dict(type="path", no_log=False),
+                workers_file=dict(type="path"),
+                control_key=dict(type="str", no_log=True),
+                worker_url=dict(type="str"),
                 timeout=dict(type="float", default=60),
             )),
             restore_gate_timeout=dict(type="float"),

@@ -93,6 +93,7 @@ class FakeHost:
         # the host's gateway: worker URL -> id, as it lists them; it routes to a worker whose URL the
         # serving unit answers on, healthy, once added
         self.gateway_workers: dict[str, str] = {}
+        self.gateway_reaches: dict[str, str] = {}  # a fleet gateway's worker URL -> the server URL it reaches
         self.calls: list[tuple] = []
         self.events: list[dict] = []
         self.counts: dict[str, int] = {}
@@ -243,7 +244,8 @@ class FakeHost:
         self._call("gateway_in", worker, api_key_file)
         added = worker not in self.gateway_workers
         self.gateway_workers.setdefault(worker, f"w{self.counts['gateway_in']}")
-        if not (self.unit["active"] and self.serving in self.healthy and self.urls.get(self.serving) == worker):
+        reached = self.gateway_reaches.get(worker, worker)
+        if not (self.unit["active"] and self.serving in self.healthy and self.urls.get(self.serving) == reached):
             self.sleep(gateway.get("timeout", 60))
             raise HostError(f"the gateway did not route to {worker} within 60 s: listed as pending, not healthy")
         self.sleep(0.5)
@@ -1472,3 +1474,30 @@ def test_the_first_switch_behind_a_gateway_stops_the_server_that_holds_its_port_
     gw = result["record"]["gateway"]
     assert gw["out"] == {"removed": False, "migrating": True} and gw["unavailable_s"] > 0
     assert host.kinds("gateway_out") == []
+
+
+FLEET_GW = {"url": "http://10.0.0.1:31000", "control_key": "fleet-control-key", "worker_url": "http://10.0.0.7:30000/",
+            "timeout": 60}
+
+
+def test_a_fleet_gateway_takes_the_host_out_by_its_own_address_and_puts_it_back_once_it_serves():
+    """A gateway on another host: the host's server is known to it by the host's address; the same port on
+    both sides is not the first switch onto a host's own gateway; no workers file is written."""
+    host = FakeHost()
+    install(host, PLAIN)  # 127.0.0.1:30000, the gateway's worker http://10.0.0.7:30000
+    host.gateway_workers = {"http://10.0.0.7:30000": "w0"}
+    host.gateway_reaches = {"http://10.0.0.7:30000": URL}
+    result = run(host, v=NEXTN, gateway=dict(FLEET_GW, url="http://10.0.0.1:30000"))
+    assert result["outcome"] == "switched"
+    gw = result["record"]["gateway"]
+    assert gw["worker"] == "http://10.0.0.7:30000" and gw["out"]["removed"] is True and gw["unavailable_s"] > 0
+    assert ("gateway_out", "http://10.0.0.7:30000") in host.calls and routed(host) == ["http://10.0.0.7:30000"]
+    assert not [c for c in host.calls if c[0] == "write" and "workers" in c[1]]
+    assert "fleet-control-key" not in json.dumps(result)
+
+
+def test_a_fleet_gateway_needs_its_key_and_a_worker_url_that_is_one():
+    with pytest.raises(_switch.SwitchError, match="a gateway on another host needs its control_key"):
+        _switch.Switch(settings(gateway=dict(FLEET_GW, control_key=None)), FakeHost())
+    with pytest.raises(_switch.SwitchError, match="gateway.worker_url must be an http"):
+        _switch.Switch(settings(gateway=dict(FLEET_GW, worker_url="10.0.0.7:30000")), FakeHost())

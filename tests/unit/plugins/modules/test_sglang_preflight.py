@@ -224,3 +224,26 @@ def test_a_keyed_server_behind_the_gateway_on_a_port_anyone_may_bind_is_warned_a
     assert (said is not None) is warned
     if warned:
         assert "127.0.0.1:30010" in said and "send it the API key" in said and "k3y" not in said
+
+
+@pytest.mark.parametrize("extra, error", [
+    ({"gateway_url": "http://10.0.0.1:31000", "gateway_control_key": "fleet-key-hostile-secret"},
+     "cannot reach a server that listens on 127.0.0.1"),
+    ({"gateway_url": "http://10.0.0.1:31000", "bind_host": "0.0.0.0"}, "needs its control key"),
+    ({"gateway_url": "10.0.0.1:31000", "bind_host": "0.0.0.0", "gateway_control_key": "fleet-key-hostile-secret"},
+     "gateway_url must be an http"),
+    ({"gateway_url": "http://10.0.0.1:31000", "bind_host": "0.0.0.0", "gateway_control_key": "fleet-key-hostile-secret",
+      "gateway": {"server_port": 30010, "metrics_port": 29000}}, "exclude each other"),
+])
+def test_a_fleet_gateway_that_cannot_work_is_refused_before_anything_changes(ct129, capsys, monkeypatch, extra, error):
+    monkeypatch.setattr(_preflight._credentials, "problem", lambda run_command: None)
+    rc, result = run(capsys, **args(ct129, **extra))
+    assert rc == 1 and error in result["msg"], result["msg"]
+    assert "fleet-key-hostile-secret" not in json.dumps(result)
+
+
+def test_a_fleet_gateway_that_can_work_passes(ct129, capsys):
+    rc, result = run(capsys, **args(ct129, bind_host="0.0.0.0", gateway_url="http://10.0.0.1:31000",
+                                    gateway_control_key="fleet-key-hostile-secret"))
+    assert rc == 0, result
+    assert result["variant"]["url"] == "http://127.0.0.1:30000" and result["variant"]["gateway"] is None
