@@ -119,7 +119,7 @@ options:
         required: true
   gateway_url:
     description:
-      - A fleet's gateway on another host in front of this server (the role's C(sglang_service_gateway_url)): checked
+      - A fleet's gateway on another host in front of this server (the role's C(sglang_service_gateway_url)), checked
         to be a URL, with its control key, not beside O(gateway), and the server not on loopback only.
     type: str
   gateway_control_key:
