@@ -17,8 +17,10 @@ description:
   - The unit runs the collection's launcher (C(plugins/module_utils/_gateway_launch.py) and the module_utils it
     imports, installed under O(root) as the watchdog's code is), which gives smg its keys in-process, so that no
     key is ever on a command line. systemd hands the keys to the unit alone (C(LoadCredential=)); the unit runs as
-    a dynamic user with no devices, no capabilities (but C(CAP_NET_BIND_SERVICE) for a port below 1024), a
-    read-only system and Prometheus on loopback.
+    a system account of its own (O(user), made when missing, no login, no home) with no devices, no capabilities
+    (but C(CAP_NET_BIND_SERVICE) for a port below 1024), a read-only system and Prometheus on loopback. Not
+    C(DynamicUser=), which needs a mount namespace that systemd cannot set up in an unprivileged container (the
+    lab's podman hosts, LXC), where the unit fails with C(226/NAMESPACE), "Failed to set up mount namespacing".
   - The control-plane key (the worker API) is made once, at random, in O(control_key_file) (root only, created
     exclusively), and never returned. The servers' API key, when given, is written to O(api_key_file) (root only);
     the gateway requires it of clients and sends it to the servers.
@@ -96,6 +98,14 @@ options:
     description: Seconds to wait for the gateway's C(/liveness) after a start or restart.
     type: float
     default: 60
+  user:
+    description: The gateway's system account (made with its group O(group) when missing).
+    type: str
+    default: sglang-gateway
+  group:
+    description: The gateway account's group.
+    type: str
+    default: sglang-gateway
 """
 
 EXAMPLES = r"""
@@ -119,6 +129,11 @@ url:
 written:
   description: The files written (or that would be), the code's by name, the others by path; never a key.
   returned: always
+  type: list
+  elements: str
+account:
+  description: The commands that made or mended the gateway's account (groupadd, useradd, usermod), or would.
+  returned: with O(state=present)
   type: list
   elements: str
 action:
@@ -149,11 +164,12 @@ from ansible_collections.inferops.sglang.plugins.module_utils import _gateway_la
 from ansible_collections.inferops.sglang.plugins.module_utils import _gateway
 from ansible_collections.inferops.sglang.plugins.module_utils import _host_code
 from ansible_collections.inferops.sglang.plugins.module_utils import _http
+from ansible_collections.inferops.sglang.plugins.module_utils import _preflight
 from ansible_collections.inferops.sglang.plugins.module_utils import _state_files
 
 ENTRY = "_gateway_launch"
 KEY_MODE = 0o600
-# The sandbox: a dynamic user with nothing but its network and its credentials
+# The sandbox: an account of its own with nothing but its network and its credentials
 HARDENING = """NoNewPrivileges=yes
 ProtectSystem=strict
 ProtectHome=yes
@@ -200,7 +216,7 @@ def unit_text(p: dict) -> str:
         "[Unit]\n"
         f"Description={_escape(p['description'])}\n"
         "After=network-online.target\nWants=network-online.target\n\n"
-        "[Service]\nType=simple\nDynamicUser=yes\n"
+        f"[Service]\nType=simple\nUser={p['user']}\nGroup={p['group']}\n"
         f"Environment=PYTHONPATH={_escape(p['root'])}\n"
         "Environment=NO_PROXY=127.0.0.1,localhost,::1\nEnvironment=no_proxy=127.0.0.1,localhost,::1\n"
         + "".join(line + "\n" for line in credentials)
@@ -228,10 +244,15 @@ def _ensure_control_key(path: str, check: bool) -> bool:
 
 
 def present(p: dict, check: bool, run_command, files: dict[str, str] | None = None, wait=None,
-            holder=None) -> dict:
+            holder=None, account=None) -> dict:
     """Install and run the gateway; the module's result. ``wait(url, timeout)`` waits for its /liveness;
-    ``holder(url)`` says what else holds its port before a start (then the start is not waited for)."""
+    ``holder(url)`` says what else holds its port before a start (then the start is not waited for);
+    ``account(user, group, run_command, check)`` makes the unit's account (``_preflight.ensure_account``)."""
     files = _host_code.code(ENTRY) if files is None else files
+    try:
+        made = (account or _preflight.ensure_account)(p["user"], p["group"], run_command, check)
+    except OSError as exc:
+        raise _host_code.Failure(f"the gateway's account {p['user']}: {exc}") from exc
     try:
         code_written, removed = _host_code.install(p["root"], files, check)
     except OSError as exc:
@@ -282,8 +303,8 @@ def present(p: dict, check: bool, run_command, files: dict[str, str] | None = No
         _host_code.systemctl(run_command, "restart" if action == "restarted" else "start", "--", service)
         if not held:
             liveness = (wait or _wait_up)(url, p["wait_timeout"])
-    return dict(changed=bool(written or removed or not enabled or action != "none"), url=url, written=written,
-                action=action, liveness_s=liveness, port_held_by=held)
+    return dict(changed=bool(made or written or removed or not enabled or action != "none"), url=url,
+                written=written, account=made, action=action, liveness_s=liveness, port_held_by=held)
 
 
 def _held_by_another(url: str) -> str | None:
@@ -331,6 +352,8 @@ def main() -> None:
             description=dict(type="str", default="SGLang gateway"),
             privileged_port=dict(type="bool", default=False),
             wait_timeout=dict(type="float", default=60),
+            user=dict(type="str", default="sglang-gateway"),
+            group=dict(type="str", default="sglang-gateway"),
         ),
         supports_check_mode=True,
     )
