@@ -120,46 +120,53 @@ class Gateway:
         """``GET /readiness``: 200 once the gateway has a healthy worker, else 503 with its reason."""
         return self.client.call("GET", "/readiness", auth=False)
 
+    def _poll(self, check, timeout: float, interval: float, failure) -> float:
+        """Call ``check()`` until it is true or ``timeout`` seconds have passed (then raise GatewayError with
+        ``failure()``); the seconds it took."""
+        started = self.clock()
+        while not check():
+            waited = self.clock() - started
+            if waited >= timeout:
+                raise GatewayError(failure())
+            self.sleep(min(interval, timeout - waited))
+        return round(self.clock() - started, 2)
+
     def wait_up(self, timeout: float, interval: float = 0.25) -> float:
         """Wait until the gateway answers its ``/liveness`` (it listens; it may have no worker yet);
         the seconds it took."""
-        started = self.clock()
-        while True:
-            resp = self.client.call("GET", "/liveness", auth=False)
-            if resp.status == 200:
-                return round(self.clock() - started, 2)
-            waited = self.clock() - started
-            if waited >= timeout:
-                raise GatewayError(f"the gateway did not answer /liveness within {timeout:g} s: {_said(resp)}")
-            self.sleep(min(interval, timeout - waited))
+        last = []
+
+        def up() -> bool:
+            last[:] = [self.client.call("GET", "/liveness", auth=False)]
+            return last[0].status == 200
+        return self._poll(up, timeout, interval,
+                          lambda: f"the gateway did not answer /liveness within {timeout:g} s: {_said(last[0])}")
 
     def wait_ready(self, url: str, timeout: float, interval: float = 0.25) -> dict:
         """Wait until the gateway lists the worker at ``url`` as ready and healthy and its own
         readiness is 200: then it routes to it. Returns the worker and the seconds it took; a
         timeout raises with the last thing the gateway said of it."""
-        started = self.clock()
-        last = "not listed"
-        while True:
+        state = {"last": "not listed", "worker": None}
+
+        def routed() -> bool:
             found = self.find(url)
-            if found:
-                last = f"listed as {found['status'] or 'no status'}{'' if found['healthy'] else ', not healthy'}"
-                if found["status"] == READY and found["healthy"]:
-                    resp = self.readiness()
-                    if resp.status == 200:
-                        return dict(worker=found, seconds=round(self.clock() - started, 2))
-                    last = f"ready, but the gateway's /readiness said {_said(resp)}"
-            waited = self.clock() - started
-            if waited >= timeout:
-                raise GatewayError(f"the gateway did not route to {worker_url(url)} within {timeout:g} s: {last}")
-            self.sleep(min(interval, timeout - waited))
+            if not found:
+                return False
+            state["last"] = f"listed as {found['status'] or 'no status'}{'' if found['healthy'] else ', not healthy'}"
+            if found["status"] != READY or not found["healthy"]:
+                return False
+            resp = self.readiness()
+            if resp.status != 200:
+                state["last"] = f"ready, but the gateway's /readiness said {_said(resp)}"
+                return False
+            state["worker"] = found
+            return True
+        seconds = self._poll(routed, timeout, interval, lambda: (
+            f"the gateway did not route to {worker_url(url)} within {timeout:g} s: {state['last']}"))
+        return dict(worker=state["worker"], seconds=seconds)
 
     def wait_gone(self, worker_id: str, timeout: float, interval: float = 0.25) -> float:
         """Wait until the gateway no longer lists ``worker_id`` (a removed worker drains for a
         settle time first); the seconds it took."""
-        started = self.clock()
-        while any(w["id"] == worker_id for w in self.workers()):
-            waited = self.clock() - started
-            if waited >= timeout:
-                raise GatewayError(f"the gateway still lists worker {worker_id} after {timeout:g} s")
-            self.sleep(min(interval, timeout - waited))
-        return round(self.clock() - started, 2)
+        return self._poll(lambda: not any(w["id"] == worker_id for w in self.workers()), timeout, interval,
+                          lambda: f"the gateway still lists worker {worker_id} after {timeout:g} s")
