@@ -314,6 +314,19 @@ def _sha1(data: bytes | None) -> str | None:
     return None if data is None else hashlib.sha1(data).hexdigest()
 
 
+def _port(url: str) -> int | None:
+    """A URL's port, None when it names none or is not one."""
+    try:
+        return urllib.parse.urlsplit(url).port
+    except ValueError:
+        return None
+
+
+def _worker(url: str) -> str:
+    """A server's URL as the gateway lists it (no trailing slash)."""
+    return (url or "").strip().rstrip("/")
+
+
 def file_problems(files: list, option: str) -> list[str]:
     """What is wrong with a list of staged files (name, src, mode each; the name a plain
     file name): one message per file, naming the option it came in."""
@@ -956,18 +969,6 @@ class Switch:
 
 # -- read and amended outside a switch ------------------------------------------------------------------------
 
-def _port(url: str) -> int | None:
-    try:
-        return urllib.parse.urlsplit(url).port
-    except ValueError:
-        return None
-
-
-def _worker(url: str) -> str:
-    """A server's URL as the gateway lists it (no trailing slash)."""
-    return (url or "").strip().rstrip("/")
-
-
 def _read_json(host: Host, path: str) -> dict | None:
     return _state_files.parse_json_object(host.read_bytes(path))
 
@@ -1246,7 +1247,7 @@ class SystemHost:
         return _gateway.Gateway(client, self.clock, self.sleep), float(gateway.get("timeout") or DEFAULT_GATEWAY_TIMEOUT)
 
     def gateway_out(self, gateway: dict, worker: str) -> dict:
-        gw, timeout = self._gateway(gateway)
+        gw, _timeout = self._gateway(gateway)
         try:
             found = gw.find(worker)
             if found is None:
