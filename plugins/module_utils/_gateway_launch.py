@@ -87,15 +87,6 @@ def workers_of(text: str) -> list[str]:
     return [_gateway.worker_url(u) for u in urls]
 
 
-def own_url(argv: list[str]) -> str:
-    """Where this host reaches the gateway ``argv`` starts: its --host (loopback for a wildcard) and --port."""
-    def flag(name: str, default: str) -> str:
-        return argv[argv.index(name) + 1] if name in argv[:-1] else default
-    host = flag("--host", "127.0.0.1")
-    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
-    return f"http://{'[' + host + ']' if ':' in host else host}:{flag('--port', '30000')}"
-
-
 def register(gateway: _gateway.Gateway, workers: list[str], api_key: str | None, timeout: float) -> list[str]:
     """Once the gateway answers, add each of ``workers`` (already listed ones keep their id); their ids."""
     gateway.wait_up(timeout)
@@ -132,7 +123,8 @@ def launch(argv: list[str], environ: dict, smg_main, start_thread=None) -> None:
         with open(path, encoding="utf-8") as handle:
             workers = workers_of(handle.read())
     if workers:
-        args = (own_url(argv), control, workers, api_key)
+        # where this host reaches the gateway ``argv`` starts (a wildcard on its loopback), as a server's URL
+        args = (_http.url_of(argv), control, workers, api_key)
         if start_thread is None:
             threading.Thread(target=_register_in_background, args=args, name="inferops-register", daemon=True).start()
         else:

@@ -317,6 +317,35 @@ class _Connection(http.client.HTTPConnection):
             self.raw = None
 
 
+def url_of(argv: list[str] | None, default: str | None = None) -> str | None:
+    """The URL a server started with these flags answers on (--host/--port);
+    ``default`` when the flags do not say (a service the role did not render)."""
+    argv = list(argv or [])
+
+    def flag(name: str) -> str | None:
+        for i, arg in enumerate(argv):
+            if arg == name and i + 1 < len(argv):
+                return argv[i + 1]
+            if arg.startswith(name + "="):
+                return arg.split("=", 1)[1]
+        return None
+
+    host, port = flag("--host"), flag("--port")
+    if host is None and port is None:
+        return default
+    host = host or "127.0.0.1"
+    # A wildcard is probed on the loopback of its own family: a server on "::" is reached on
+    # ::1, where its own socket answers; 127.0.0.1's port may be another user's when the
+    # server's socket is IPv6-only (bindv6only), and the probes carry the API key.
+    if host in ("0.0.0.0", ""):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"http://{host}:{port or 30000}"
+
+
 def _split_url(url: str) -> tuple[bool, str, int, str]:
     """(https, host, port, path prefix) of the server URL, refusing what this
     client would silently ignore (credentials, a query) rather than dropping it."""

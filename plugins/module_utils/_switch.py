@@ -322,11 +322,6 @@ def _port(url: str) -> int | None:
         return None
 
 
-def _worker(url: str) -> str:
-    """A server's URL as the gateway lists it (no trailing slash)."""
-    return (url or "").strip().rstrip("/")
-
-
 def file_problems(files: list, option: str) -> list[str]:
     """What is wrong with a list of staged files (name, src, mode each; the name a plain
     file name): one message per file, naming the option it came in."""
@@ -640,7 +635,7 @@ class Switch:
 
     def _worker_of(self, url: str) -> str:
         """The server at ``url`` as the gateway reaches it: itself on this host, else the fleet gateway's worker_url."""
-        return _worker(self.s.gateway.get("worker_url") or url)
+        return _gateway.worker_url(self.s.gateway.get("worker_url") or url)
 
     def _gateway_in(self, url: str, api_key_file: str | None) -> dict:
         """The server at ``url`` into the gateway and routed to; the live workers file rewritten (the

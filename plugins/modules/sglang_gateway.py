@@ -166,6 +166,7 @@ from ansible_collections.inferops.sglang.plugins.module_utils import _host_code
 from ansible_collections.inferops.sglang.plugins.module_utils import _http
 from ansible_collections.inferops.sglang.plugins.module_utils import _preflight
 from ansible_collections.inferops.sglang.plugins.module_utils import _state_files
+from ansible_collections.inferops.sglang.plugins.module_utils import _variants
 
 ENTRY = "_gateway_launch"
 KEY_MODE = 0o600
@@ -201,9 +202,14 @@ def _escape(value: str) -> str:
     return str(value).replace("%", "%%")
 
 
+def _command(p: dict) -> list[str]:
+    return _gateway_launch.command(p["bind_host"], p["port"], p["metrics_port"])
+
+
 def unit_text(p: dict) -> str:
-    """The gateway's unit: the launcher with ``_gateway_launch.command``'s arguments, its credentials, the sandbox."""
-    argv = _gateway_launch.command(p["bind_host"], p["port"], p["metrics_port"])
+    """The gateway's unit: the launcher with ``_gateway_launch.command``'s arguments (quoted as systemd reads
+    them, _variants.quote), its credentials, the sandbox."""
+    execstart = _variants.quote([p["python"], "-s", "-m", f"{_host_code.PACKAGE}.{ENTRY}", *_command(p)])
     credentials = [f"LoadCredential=control-key:{_escape(p['control_key_file'])}"]
     if p["api_key"]:
         credentials.append(f"LoadCredential=api-key:{_escape(p['api_key_file'])}")
@@ -220,7 +226,7 @@ def unit_text(p: dict) -> str:
         f"Environment=PYTHONPATH={_escape(p['root'])}\n"
         "Environment=NO_PROXY=127.0.0.1,localhost,::1\nEnvironment=no_proxy=127.0.0.1,localhost,::1\n"
         + "".join(line + "\n" for line in credentials)
-        + f"ExecStart={_escape(p['python'])} -s -m {_host_code.PACKAGE}.{ENTRY} {' '.join(argv)}\n"
+        + f"ExecStart={execstart}\n"
         "Restart=always\nRestartSec=2\n"
         f"SyslogIdentifier={p['unit']}\n"
         + caps + HARDENING
@@ -296,7 +302,7 @@ def present(p: dict, check: bool, run_command, files: dict[str, str] | None = No
         action = "started"
     elif unit_changed or code_written or removed or key_changed:
         action = "restarted"
-    url = _gateway_launch.own_url(["--host", p["bind_host"], "--port", str(p["port"])])
+    url = _http.url_of(_command(p))
     liveness, held = None, None
     if action != "none" and not check:
         held = (holder or _held_by_another)(url) if action == "started" else None
