@@ -2,10 +2,13 @@
 
 The collection's own switch (``_switch.Switch``, the state machine the role runs) drives a
 real gateway (smg at ``_gateway.PINNED``, from the test venv ``make units`` builds) in front
-of one server, in place: the server is taken out of the gateway, drained, stopped, the
-variant started, gated and put in (or, refused, the known-good one restored and put back).
-The host seam is ``_switch.SystemHost`` for everything but the unit, which is a local process
-here (``ProcessHost``: its unit file holds the server's arguments; the gate watches its PID).
+of the service's two slots, as ``_slots.decide`` puts the candidate: blue/green (the candidate
+started in the free slot beside the live one, gated, routed, then given the traffic; the old
+slot drained, soaked, stopped; refused, the candidate is stopped and the live slot is never
+touched) and in place (the server taken out, drained, stopped, the variant started, gated and
+put in; refused, the known-good one restored and put back). The host seam is
+``_switch.SystemHost`` for everything but the units, which are local processes here
+(``ProcessHost``: a unit file holds the server's arguments and GPUs; the gate watches its PID).
 
 Clients, all through the gateway's port, from before the switch until after it: two loops of
 short requests one after another, and a loop of streams of 200 tokens; a failed request is
@@ -14,10 +17,11 @@ For each switch: requests and streams, the failed and refused ones, the streams 
 (answered 200, ended before their tokens), the longest time with no successful answer, and the switch's own record (outcome, the gateway's ``unavailable_s``,
 the variant's start time as its gate measured it).
 
-Servers: the SGLang simulator with ct200's hardware file at a time scale (``--server sim``,
-the default: seconds), or real SGLang 0.5.11 on CPU with the tiny model (``--server real``,
-``make real`` builds it). Blue/green (the candidate beside the live server) is not built
-yet: these are the in-place figures it is to beat. Figures go to .cache/bench/switch.json.
+Servers: the SGLang simulator with ct129's hardware file at a time scale (``--server sim``,
+the default: seconds; the live slot on GPUs 0,2, the candidate on 3,4; in place the candidate
+takes the live slot's GPUs), or real SGLang 0.5.11 on CPU with the tiny model (``--server real``,
+``make real`` builds it: two real servers at once for blue/green). Figures go to
+.cache/bench/switch.json.
 
 Usage: python lab/bench/switch.py [--server sim|real] [--time-scale 0.05]
 """
@@ -41,39 +45,54 @@ sys.path.insert(0, str(REPO / "tests" / "conformance"))
 sys.path.insert(0, str(REPO / "lab" / "simulator"))
 sys.path.insert(0, str(REPO / "collections"))
 
-from ansible_collections.inferops.sglang.plugins.module_utils import _http, _process_watch, _readiness, _switch  # noqa: E402  pylint: disable=wrong-import-position
+from ansible_collections.inferops.sglang.plugins.module_utils import _http, _process_watch, _readiness, _slots, _switch  # noqa: E402  pylint: disable=wrong-import-position
 from sim_helpers import MODEL, NEXTN, GatewayProcess, free_port, through_gateway  # noqa: E402  pylint: disable=wrong-import-position
 
 GATEWAY_PYTHON = Path(os.environ.get("INFEROPS_GATEWAY_VENV", REPO / ".cache" / "gateway-venv")) / "bin" / "python"
 UNIT = "bench.service"
 STREAM_TOKENS = 200
+PORTS = {}  # slot -> server port, set in main()
+GPUS = {"blue": [0, 2], "green": [3, 4]}
+SOAK = 10.0
 
 
 class ProcessHost(_switch.SystemHost):
-    """SystemHost with the unit as a local process: ``spawn(args, log)`` starts the server the
-    installed unit file names (its JSON ``args``) and returns (proc, stop)."""
+    """SystemHost with each unit a local process: ``spawn(args, gpus, log)`` starts the server the
+    installed unit file names (its JSON ``args`` and ``gpus``) and returns (proc, stop)."""
 
-    def __init__(self, unit_file: Path, spawn, logs: Path) -> None:
+    def __init__(self, unit_dir: Path, spawn, logs: Path) -> None:
         super().__init__(UNIT, gate_options={"check_listener": False, "interval": 0.5})
-        self.unit_file, self.spawn, self.logs = unit_file, spawn, logs
-        self.proc, self._stop, self.log, self.starts = None, None, None, 0
+        self.unit_dir, self.spawn, self.logs = unit_dir, spawn, logs
+        self.units: dict[str, tuple] = {}   # unit -> (proc, stop, log)
+        self.starts = 0
 
     def unit_state(self, unit: str) -> dict:
-        return {"active": self.proc is not None and self.proc.poll() is None, "loaded": self.unit_file.exists()}
+        proc = self.units.get(unit, (None,))[0]
+        return {"active": proc is not None and proc.poll() is None, "loaded": (self.unit_dir / unit).exists()}
 
     def stop(self, unit: str) -> None:
-        if self._stop:
-            self._stop()
-        self.proc = self._stop = None
+        found = self.units.pop(unit, None)
+        if found:
+            found[1]()
+
+    def stop_all(self) -> None:
+        for unit in list(self.units):
+            self.stop(unit)
 
     def start(self, unit: str) -> None:
         self.stop(unit)
         self.starts += 1
-        self.log = self.logs / f"server-{self.starts}.log"
-        self.proc, self._stop = self.spawn(json.loads(self.unit_file.read_text())["args"], self.log)
+        log = self.logs / f"server-{self.starts}-{unit}.log"
+        doc = json.loads((self.unit_dir / unit).read_text())
+        proc, stop = self.spawn(doc["args"], doc["gpus"], log)
+        self.units[unit] = (proc, stop, log)
 
-    def gate(self, url: str, api_key_file: str | None, timeout: float, settle: float) -> dict:
-        watcher = _process_watch.PidWatcher(self.proc.pid, str(self.log)) if self.proc else _process_watch.NoWatcher()
+    def disable(self, unit: str) -> None:
+        pass
+
+    def gate(self, url: str, api_key_file: str | None, timeout: float, settle: float, unit: str | None = None) -> dict:
+        proc, _stop, log = self.units.get(unit or UNIT, (None, None, None))
+        watcher = _process_watch.PidWatcher(proc.pid, str(log)) if proc else _process_watch.NoWatcher()
         gate = _readiness.Gate(_http.Client(url, None, True, 30), watcher, timeout=timeout, interval=0.5,
                                generations=1, settle=settle, check_listener=False)
         return gate.run()
@@ -120,25 +139,39 @@ def figures(done: list, since: float, until: float) -> dict:
             "longest_gap_s": round(max(b - a for a, b in zip(ends, ends[1:])), 2)}
 
 
-def variant(name: str, args: list[str], port: int) -> dict:
-    argv = [*args, "--host", "127.0.0.1", "--port", str(port)]
-    return {"variant": name, "argv": argv, "params": {"gate_timeout": 600}, "sglang_version": "0.5.11"}
+def variant(name: str, args: list[str]) -> dict:
+    return {"variant": name, "args": args, "params": {"gate_timeout": 600, "name": name}, "sglang_version": "0.5.11"}
 
 
 def run_switch(root: Path, gateway: GatewayProcess, control_file: Path, host: ProcessHost, target: dict,
-               baseline: dict, run_id: str, url: str) -> dict:
+               baseline: dict, run_id: str, beside: bool) -> dict:
+    """One deploy: the slots decided as the preflight decides them (``beside``: whether the GPUs leave
+    room), the files staged as the role stages them, the switch run."""
     sdir = root / "state"
+    current = json.loads((sdir / "current.json").read_text()) if (sdir / "current.json").exists() else None
+    live = _slots.live_of(current, UNIT, bool(current) and host.unit_state(current["unit"])["active"])
+    # room beside the live slot, or only the live slot's own GPUs (the first deploy: blue's)
+    pool = [0, 2, 3, 4] if beside else (live["gpus"] if live else GPUS["blue"])
+    decision = _slots.decide(live, target["params"], 2, pool, None, {}, 1024, True, UNIT, PORTS)
+    slot, unit = decision["slot"], decision["unit"]
+    gpus = decision["gpus"] or GPUS[slot]
     staging = sdir / "staging" / run_id
+
+    def argv(v: dict) -> list[str]:
+        return [*v["args"], "--host", "127.0.0.1", "--port", str(PORTS[slot])]
+
     for directory, v in ((staging, target), (staging / "baseline", baseline)):
         directory.mkdir(parents=True, exist_ok=True)
-        (directory / UNIT).write_text(json.dumps({"args": v["argv"]}))
-    files = [{"name": UNIT, "src": str(host.unit_file), "mode": "0644"},
+        (directory / unit).write_text(json.dumps({"args": argv(v), "gpus": gpus}))
+    files = [{"name": unit, "src": str(host.unit_dir / unit), "mode": "0644"},
              {"name": "current.json", "src": str(sdir / "current.json"), "mode": "0600", "template": None}]
+    url = f"http://127.0.0.1:{PORTS[slot]}"
     settings = _switch.Settings(
-        service=UNIT, service_dir=str(sdir), files=files, staging=str(staging), baseline_staging=str(staging / "baseline"),
-        variant=target, baseline=baseline, url=url, run_id=run_id, check_gpus=False, gate_settle=1,
+        service=unit, service_dir=str(sdir), files=files, staging=str(staging), baseline_staging=str(staging / "baseline"),
+        variant=dict(target, argv=argv(target)), baseline=dict(baseline, argv=argv(baseline)), url=url, run_id=run_id,
+        gpus=gpus, check_gpus=False, gate_settle=1,
         gateway={"url": gateway.url, "control_key_file": str(control_file), "workers_file": str(sdir / "workers.json"),
-                 "timeout": 60})
+                 "timeout": 60}, slot=dict(decision, soak=SOAK))
     return _switch.Switch(settings, host).run()
 
 
@@ -150,15 +183,16 @@ def sim_spawn(scale: float, root: Path):
         wheel = build("0.5.11", root / "sim-wheel")
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
                         "--disable-pip-version-check", "--target", str(site), str(wheel)], check=True)
-    hardware = json.loads((REPO / "lab" / "hosts" / "ct200" / "hardware.json").read_text())
+    hardware = json.loads((REPO / "lab" / "hosts" / "ct129" / "hardware.json").read_text())
     hardware["time_scale"] = scale
     (root / "hardware.json").write_text(json.dumps(hardware))
     env = dict(os.environ, PYTHONPATH=str(site), SGLANG_SIM_HARDWARE=str(root / "hardware.json"),
-               SGLANG_SIM_STATE=str(root / "gpu"), CUDA_VISIBLE_DEVICES="0,1")
+               SGLANG_SIM_STATE=str(root / "gpu"))
 
-    def spawn(args: list[str], log: Path):
+    def spawn(args: list[str], gpus: list[int], log: Path):
         handle = log.open("wb")
-        proc = subprocess.Popen([sys.executable, "-m", "sglang.launch_server", *args], env=env, stdout=handle,
+        proc = subprocess.Popen([sys.executable, "-m", "sglang.launch_server", *args],
+                                env=dict(env, CUDA_VISIBLE_DEVICES=",".join(str(g) for g in gpus)), stdout=handle,
                                 stderr=subprocess.STDOUT, start_new_session=True)
 
         def stop() -> None:
@@ -181,7 +215,7 @@ def real_spawn(root: Path):
 
     real = paths()
 
-    def spawn(args: list[str], log: Path):
+    def spawn(args: list[str], _gpus: list[int], log: Path):
         handle = log.open("wb")
         proc = subprocess.Popen([python(real, "0.5.11"), "-m", "sglang.launch_server", *args], env=environment(real),
                                 stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
@@ -215,29 +249,33 @@ def main() -> int:
     (root / "unit").mkdir()
     if options.server == "sim":
         spawn, known, target, refused = sim_spawn(options.time_scale, root)
-        port = free_port()
+        ports = (free_port(), free_port())
     else:
         from real_sglang import free_port as real_port  # pylint: disable=import-outside-toplevel
 
         spawn, known, target, refused = real_spawn(root)
-        port = real_port()
-    url = f"http://127.0.0.1:{port}"
+        ports = (real_port(), real_port())
+    PORTS.update(blue=ports[0], green=ports[1])
     control = "bench-control-key"
     (root / "control-key").write_text(control + "\n")
     gateway = GatewayProcess(GATEWAY_PYTHON, root / "gateway", control)
-    host = ProcessHost(root / "unit" / UNIT, spawn, logs)
-    base = variant("known-good", known, port)
+    host = ProcessHost(root / "unit", spawn, logs)
+    base = variant("known-good", known)
     results = []
     try:
-        first = run_switch(root, gateway, root / "control-key", host, base, base, "run0", url)
+        first = run_switch(root, gateway, root / "control-key", host, base, base, "run0", False)
         if first["outcome"] != "switched":
             raise RuntimeError(f"the known-good service did not start: {first['msg']}")
-        for run_id, name, v in (("run1", "in-place switch", variant("variant", target, port)),
-                                ("run2", "refused candidate, in place", variant("refused", refused, port))):
+        # blue/green while the GPUs leave room beside the live slot, then in place on the live slot's GPUs
+        for run_id, name, v, beside in (
+                ("run1", "blue/green switch", variant("variant", target), True),
+                ("run2", "refused candidate, blue/green", variant("refused", refused), True),
+                ("run3", "in-place switch", variant("known-good", known), False),
+                ("run4", "refused candidate, in place", variant("refused", refused), False)):
             clients = Clients(gateway.port)
             time.sleep(3)
             started = time.monotonic()
-            result = run_switch(root, gateway, root / "control-key", host, v, base, run_id, url)
+            result = run_switch(root, gateway, root / "control-key", host, v, base, run_id, beside)
             ended = time.monotonic()
             time.sleep(3)
             clients.stop()
@@ -245,16 +283,17 @@ def main() -> int:
             verdict = record.get("verdict") or {}
             out = dict(figures(clients.done, started, ended + 3), case=name, server=options.server,
                        outcome=result["outcome"], switch_s=round(ended - started, 2),
+                       slot=(record.get("slot") or {}).get("slot"), mode=(record.get("slot") or {}).get("mode"),
                        unavailable_s=(record.get("gateway") or {}).get("unavailable_s"),
                        variant_gate_s=verdict.get("elapsed"),
                        rollback_gate_s=(record.get("rollback") or {}).get("elapsed"))
             results.append(out)
-            print(f"{name} ({options.server}): {out['outcome']} in {out['switch_s']} s; {out['requests']} requests, "
+            print(f"{name} ({options.server}, slot {out['slot']}): {out['outcome']} in {out['switch_s']} s; {out['requests']} requests, "
                   f"{out['failed']} failed; {out['streams']} streams, {out['failed_streams']} refused, {out['cut_streams']} cut; longest gap with no "
                   f"answer {out['longest_gap_s']} s; the record's unavailable_s {out['unavailable_s']}; the variant's "
                   f"gate {out['variant_gate_s']} s, the restored one's {out['rollback_gate_s']} s", flush=True)
     finally:
-        host.stop(UNIT)
+        host.stop_all()
         gateway.stop()
     previous = json.loads(OUT.read_text()) if OUT.exists() else {}
     previous[options.server] = results

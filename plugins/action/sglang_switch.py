@@ -87,7 +87,15 @@ def async_limit(args: dict) -> int | None:
         timeout = _number(gateway.get("timeout")) if gateway.get("timeout") not in (None, "") else DEFAULT_GATEWAY_TIMEOUT
         if timeout is None or timeout < 0 or math.isinf(timeout):
             return None
-        total += 3 * timeout
+        # and the recovery of a blue/green switch cut short routes the live slot again first
+        total += 4 * timeout
+    slot = args.get("slot")
+    if isinstance(slot, dict):
+        # blue/green: the soak, and its last probe (a generation, at most 30 s) beyond it
+        soak = _number(slot.get("soak")) if slot.get("soak") not in (None, "") else 0.0
+        if soak is None or soak < 0 or math.isinf(soak):
+            return None
+        total += soak + 30
     return int(math.ceil(total)) + ASYNC_MARGIN
 
 

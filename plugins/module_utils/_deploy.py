@@ -19,6 +19,11 @@ A deploy of one host ends in one of these outcomes::
     rollback gate --ready--> rolled_back
                   --else---> rollback_failed                (every file kept, marker kept)
 
+and, blue/green (two slots, the candidate beside the live one): ``refused`` (the candidate
+failed before the cut-over; the live slot never stopped serving), ``switched``, or after the
+cut-over ``rolled_back`` (the traffic given back to the old slot, still loaded) or
+``rollback_failed`` (the gateway did not take it back).
+
 and ``not_reached`` for a host of the rollout that a stopped rollout never got
 to. The switch (_switch, run by the sglang_switch module) and the deploy_summary
 callback both take the outcomes, the decision, the restore plan, the record and
@@ -40,6 +45,7 @@ OUTCOMES = {
     "rolled_back": "rolled back",
     "rollback_failed": "ROLLBACK FAILED",
     "failed_before_switching": "failed before switching",
+    "refused": "refused, live untouched",
     "not_reached": "not reached",
 }
 # Outcomes a deploy record on the host can carry (the last two of OUTCOMES are the
@@ -50,7 +56,7 @@ RECORDED = _deploy_metrics.OUTCOMES
 RECORD_KEYS = ("time", "host", "service", "run_id", "variant", "from", "params", "argv", "sglang_version",
                "ddtree_build", "memory_plan", "gpu_devices", "repaired_interrupted_run", "lock", "outcome", "running",
                "verdict", "plan_check", "restore", "rollback", "attempt", "controller_user", "drain", "rotation", "performance",
-               "gateway")
+               "gateway", "slot")
 # What the record keeps of the drain before the stop (sglang_drain) and of the rotation hooks
 DRAIN_KEYS = ("drained", "timed_out", "seconds", "timeout", "in_flight_at_start", "in_flight_at_stop",
               "running_at_stop", "waiting_at_stop", "endpoint", "error", "msg")
@@ -176,10 +182,14 @@ def outcome(gate_ready: bool, rollback_ready: bool | None) -> str:
     return "rolled_back" if rollback_ready else "rollback_failed"
 
 
-def running(outcome_name: str, variant: str, rollback: dict | None, steady_ready: bool = False) -> str | None:
-    """What serves after the deploy: never a variant the last gate did not pass."""
+def running(outcome_name: str, variant: str, rollback: dict | None, steady_ready: bool = False,
+            live: str | None = None) -> str | None:
+    """What serves after the deploy: never a variant the last gate did not pass (``live``: the variant a
+    refused candidate ran beside, which kept serving)."""
     if outcome_name == "switched":
         return variant
+    if outcome_name == "refused":
+        return live
     if outcome_name == "unchanged":
         return variant if steady_ready else None
     if outcome_name == "rolled_back" and (rollback or {}).get("ready"):
@@ -271,7 +281,8 @@ def record(fields: dict) -> dict:
     tolerance = fields.get("plan_tolerance")
     out["plan_check"] = plan_check(plan, out["verdict"].get("server"),
                                    PLAN_TOLERANCE if tolerance is None else float(tolerance))
-    out["running"] = running(name, fields.get("variant"), rollback, bool((fields.get("verdict") or {}).get("ready")))
+    out["running"] = running(name, fields.get("variant"), rollback, bool((fields.get("verdict") or {}).get("ready")),
+                             fields.get("from"))
     out["repaired_interrupted_run"] = bool(fields.get("repaired_interrupted_run"))
     return out
 
@@ -290,10 +301,17 @@ def _rotation_note(rec: dict) -> str:
         notes.append(f"Performance gate ({perf.get('mode')}): {_sentence(perf['msg'])}")
     if drain.get("msg"):
         notes.append(f"Before the stop: {_sentence(drain['msg'])}")
-    gateway = rec.get("gateway") or {}
-    if gateway.get("unavailable_s") is not None:
+    gateway, slot = rec.get("gateway") or {}, rec.get("slot") or {}
+    if slot.get("mode") == "blue_green" and rec.get("outcome") != "refused":
+        live = slot.get("live") or {}
+        soak = slot.get("soak") or {}
+        notes.append(f"Blue/green: slot {slot.get('slot')} took the traffic from slot {live.get('slot')} "
+                     f"({live.get('variant')}) behind the gateway at {gateway.get('url')}, which always had a ready "
+                     f"server" + (f"; soaked {soak.get('elapsed'):g} s" if soak.get("elapsed") is not None else "")
+                     + ".")
+    elif gateway.get("unavailable_s") is not None:
         notes.append(f"Clients of the gateway at {gateway.get('url')} had no server for {gateway['unavailable_s']:g} s "
-                     f"(the switch was in place).")
+                     f"(the switch was in place{': ' + _sentence(slot['why']) if slot.get('why') else ''}).")
     if gateway.get("error"):
         notes.append(_sentence(gateway["error"]))
     rotation = rec.get("rotation") or {}
@@ -320,6 +338,12 @@ def _summary_text(rec: dict, service_dir: str) -> str:
         if rec.get("running"):
             return f"{host}: {variant} already serving, unchanged. {verdict_.get('msg', '')}".strip()
         return f"{host}: {variant} is installed but does not serve: {verdict_.get('msg', '')}".strip()
+    if name == "refused":
+        return "\n".join([
+            f"{host}: variant {variant} was REFUSED beside the live service; {rec.get('running')} serves, untouched.",
+            f"Why: {_sentence(verdict_.get('msg'))}",
+            f"The attempt's files are kept in {service_dir}/attempts/; every attempt is in {service_dir}/history.jsonl.",
+        ])
     if name == "rolled_back":
         return "\n".join([
             f"{host}: variant {variant} FAILED and was rolled back.",

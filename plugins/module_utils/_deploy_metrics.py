@@ -31,8 +31,8 @@ except ImportError:  # the watchdog's copy on the host, or a test loading the fi
     import _state_files as files  # type: ignore[no-redef]
 
 PREFIX = "inferops_sglang_"
-OUTCOMES = ("switched", "unchanged", "rolled_back", "rollback_failed")
-HEALTHY = ("switched", "unchanged", "rolled_back")
+OUTCOMES = ("switched", "unchanged", "rolled_back", "rollback_failed", "refused")
+HEALTHY = ("switched", "unchanged", "rolled_back", "refused")
 WATCHDOG_EVENTS = ("restarted", "held_back", "report", "restart_failed", "interrupted_switch", "recovered")
 PERF_FIGURES = ("output_tokens_per_s", "ttft_p50", "ttft_p95", "tpot_p50", "itl_p50", "accept_length")
 CAUSE_LIMIT = 160
@@ -44,7 +44,8 @@ FAMILIES = {
                              "the variant serving after it (running; empty when nothing serves)."),
     "deploy_timestamp_seconds": ("gauge", "When the last deploy was recorded, in seconds since the epoch."),
     "deploy_healthy": ("gauge", "1 when the last deploy left the service serving (switched, unchanged and serving, "
-                                "rolled back to the known-good service); 0 when it did not (rollback failed)."),
+                                "rolled back to the known-good service, a candidate refused beside the live slot); 0 when it did not "
+                                "(rollback failed)."),
     "deploy_gate_ready": ("gauge", "1 when the readiness gate passed the variant the last deploy asked for; 0 when it "
                                    "failed it (the deploy then rolled back)."),
     "deploy_verdict_info": ("gauge", "The readiness gate's verdict on the last deploy's variant (always 1): the "

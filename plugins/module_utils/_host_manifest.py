@@ -304,6 +304,13 @@ def _unset(value) -> bool:
     return value is None or value == "" or value == []
 
 
+def gpu_pool(manifest: dict | None) -> list[int]:
+    """The GPUs a deploy may take, in order: the manifest's selected ones that are usable, else every usable one."""
+    gpus = (manifest or {}).get("gpus") or {}
+    usable = [g.get("index") for g in gpus.get("usable") or []]
+    return [i for i in (gpus.get("selected") or usable) if i in usable] or usable
+
+
 def settings(manifest: dict | None, tp_size=None, gpu_devices=None, python=None, environment: dict | None = None,
              use_environment: bool = True) -> tuple[dict, dict, list[str], list[str]]:
     """(settings, source of each, problems, warnings) for a deploy.
@@ -319,8 +326,7 @@ def settings(manifest: dict | None, tp_size=None, gpu_devices=None, python=None,
     sources: dict[str, str] = {}
     gpus = (manifest or {}).get("gpus") or {}
     tp = gpus.get("tp") or {}
-    usable = [g.get("index") for g in gpus.get("usable") or []]
-    pool = [i for i in (gpus.get("selected") or usable) if i in usable] or usable
+    pool = gpu_pool(manifest)
 
     if not _unset(gpu_devices):
         if isinstance(gpu_devices, str):  # -e sglang_service_gpu_devices=0,2

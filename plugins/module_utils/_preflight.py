@@ -41,6 +41,8 @@ from ansible_collections.inferops.sglang.plugins.module_utils import _memplan
 from ansible_collections.inferops.sglang.plugins.module_utils import _model_config
 from ansible_collections.inferops.sglang.plugins.module_utils import _model_stage as ms
 from ansible_collections.inferops.sglang.plugins.module_utils import _prom_targets
+from ansible_collections.inferops.sglang.plugins.module_utils import _slots
+from ansible_collections.inferops.sglang.plugins.module_utils import _state_files
 from ansible_collections.inferops.sglang.plugins.module_utils import _variants as variants_mod
 
 
@@ -302,7 +304,9 @@ def unprivileged_port_start() -> int:
 def server_address(p: dict) -> tuple[str, int]:
     """Where the server listens: the service's address, or behind the host's gateway (``p["gateway"]``,
     which then takes the service's address) loopback on a port of its own."""
-    gateway = p.get("gateway")
+    gateway, slot = p.get("gateway"), p.get("slot")
+    if gateway and slot:
+        return "127.0.0.1", int(slot["port"])
     return ("127.0.0.1", int(gateway["server_port"])) if gateway else (p["bind_host"], p["port"])
 
 
@@ -335,6 +339,59 @@ def gateway_problems(p: dict) -> list[str]:
     return errors
 
 
+def slot_problems(p: dict) -> list[str]:
+    """Two slots (``p["slots"]``) need the host's own gateway and a green port of their own."""
+    slots, gateway = p.get("slots"), p.get("gateway")
+    if not slots:
+        return []
+    if not gateway:
+        return ["two server slots (sglang_service_slots) need the host's own gateway (sglang_service_gateway: true): "
+                "it is what moves the traffic from one slot to the other"]
+    port = slots.get("green_port")
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        return [f"slots.green_port must be in [1, 65535], got {port!r}"]
+    taken = {"port": p["port"], "gateway.server_port": gateway.get("server_port"),
+             "gateway.metrics_port": gateway.get("metrics_port")}
+    same = [name for name, value in taken.items() if value == port]
+    return [f"the green slot's port {port} is also {', '.join(same)}"] if same else []
+
+
+def slot_decision(p: dict, host: dict, run_command) -> dict | None:
+    """Where the candidate runs (``_slots.decide``) when the service has two slots: the live slot read
+    from current.json and its unit, the GPUs from the host manifest (or the inventory's) and
+    nvidia-smi's memory.used now. None without slots. Read-only; the switch checks it again under
+    the deploy lock."""
+    slots = p.get("slots")
+    service = p["service_name"] if p["service_name"].endswith(".service") else f"{p['service_name']}.service"
+    base = service[:-len(".service")]
+    current = _state_files.read_json(os.path.join(p["state_dir"], base, "current.json"))
+    unit = (current or {}).get("unit") or service
+    if not slots or not p.get("gateway"):
+        if unit != service:
+            msg = (f"the live slot of this service is {current.get('slot')} ({unit}, its current.json), and this deploy "
+                   f"has no slots: it would install {service} beside it; keep sglang_service_slots: true (and the "
+                   "gateway) on this host. Nothing was changed")
+            raise Refused(msg, errors=[msg])
+        return None
+    rc, out, _err = run_command(["systemctl", "show", "-p", "ActiveState", "--", unit])
+    live = _slots.live_of(current, service, rc == 0 and "ActiveState=active" in out.split())
+    settings, sources = host["settings"], host.get("sources") or {}
+    given = list(settings["gpu_devices"]) if sources.get("gpu_devices") == "override" else None
+    busy: dict[int, int] = {}
+    if p["check_gpus"] and live is not None and live["active"]:
+        found = gpu_mod.read_inventory(run_command)
+        busy = {g["index"]: g.get("memory_used_mib") or 0 for g in found["gpus"] if g.get("index") is not None}
+    ports = {"blue": p["gateway"]["server_port"], "green": slots["green_port"]}
+    threshold = int((p.get("settings") or {}).get("sglang_service_release_threshold_mib") or 1024)
+    try:
+        _name, params = variants_mod.resolve(p["name"], p["variants"], p["aliases"], p["overrides"], p["common"])
+    except variants_mod.VariantError:
+        params = None  # the variant's own check says what is wrong
+    marker = _state_files.read_json(os.path.join(p["state_dir"], base, "switch.json"))
+    return _slots.decide(live, params, int(settings["tp_size"] or 0), hm.gpu_pool(host.get("manifest")), given, busy,
+                         threshold, bool(p["check_gpus"]), service, ports, marker)
+
+
 def gateway_key_warning(p: dict) -> str | None:
     """Behind the gateway with an API key, on a server port any local user may bind: the gateway sends
     the key to whoever listens there (its health checks, every few seconds, also while a restart
@@ -364,6 +421,7 @@ def host_facts(p: dict, run_command) -> dict:
     if not 1 <= p["port"] <= 65535:
         errors.append(f"port must be in [1, 65535], got {p['port']}")
     errors.extend(gateway_problems(p))
+    errors.extend(slot_problems(p))
     errors.extend(variants_mod.read_write_path_problems(p["read_write_paths"]))
     model = _model(p["model_path"], "model_path", errors)
     draft_errors: list[str] = []
@@ -435,7 +493,7 @@ def variant(p: dict, run_command) -> dict:
                        bind_host=p["bind_host"], port=p["port"], metrics_port=p["gateway"]["metrics_port"],
                        server_port=server_port, privileged_port=p["port"] < start)
     return dict(result, sglang_version=host["version_text"], max_position_embeddings=host["max_position_embeddings"],
-                url=url, baseline=baseline, privileged_port=privileged, gateway=gateway)
+                url=url, baseline=baseline, privileged_port=privileged, gateway=gateway, slot=p.get("slot"))
 
 
 # -- the model's files -----------------------------------------------------------------

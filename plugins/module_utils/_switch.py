@@ -55,6 +55,7 @@ from ansible_collections.inferops.sglang.plugins.module_utils import _listener
 from ansible_collections.inferops.sglang.plugins.module_utils import _mask
 from ansible_collections.inferops.sglang.plugins.module_utils import _process_watch
 from ansible_collections.inferops.sglang.plugins.module_utils import _readiness
+from ansible_collections.inferops.sglang.plugins.module_utils import _slots
 from ansible_collections.inferops.sglang.plugins.module_utils import _state_files
 
 
@@ -63,6 +64,7 @@ class State(str, enum.Enum):
     then the outcomes (terminal)."""
 
     INSPECT = "inspect"                    # the unit, current.json, the marker, the known-good copy
+    SLOT_RECOVER = "slot_recover"          # a blue/green switch cut short: the slot current.json names routed, the other stopped
     DECIDE = "decide"                      # the staged files against the installed ones
     STEADY = "steady"                      # nothing to switch: gate the running service
     GATEWAY_OUT = "gateway_out"            # the running server out of the host's gateway (when it has one)
@@ -86,20 +88,37 @@ class State(str, enum.Enum):
     RESTORE_GATE = "restore_gate"          # the restored service gated as itself
     RESTORE_GATEWAY = "restore_gateway"    # the restored service back into the gateway
     RECORD = "record"                      # history.jsonl, the marker cleared, attempts pruned
+    # blue/green (Settings.slot mode blue_green): the candidate in the free slot, beside the live one
+    SLOT_TIDY = "slot_tidy"                # the free slot stopped, disabled, out of the gateway (a cut-short run's)
+    SLOT_INSTALL = "slot_install"          # the candidate's files into its slot
+    SLOT_START = "slot_start"
+    SLOT_GATE = "slot_gate"                # the readiness gate on the candidate, the live slot serving meanwhile
+    SLOT_PERF = "slot_perf"                # the live slot, then the candidate, under the same load
+    SLOT_ROUTE = "slot_route"              # the candidate into the gateway beside the live slot, until it routes to it
+    CUTOVER = "cutover"                    # the live slot out of the gateway: the candidate takes the traffic
+    SLOT_DRAIN = "slot_drain"              # the old slot's requests in flight finish
+    SOAK = "soak"                          # the old slot kept loaded while the candidate takes real traffic
+    SLOT_COMMIT = "slot_commit"            # current.json names the candidate's slot; its files saved as known-good
+    RETIRE = "retire"                      # the old slot stopped and disabled, its GPUs waited for
+    SLOT_BACK = "slot_back"                # a candidate that failed after the cut-over: the old slot routed again
+    SLOT_ABANDON = "slot_abandon"          # the candidate out of the gateway, stopped and disabled
     # terminal
     UNCHANGED = "unchanged"
     SWITCHED = "switched"
     ROLLED_BACK = "rolled_back"
     ROLLBACK_FAILED = "rollback_failed"
     FAILED_BEFORE_SWITCHING = "failed_before_switching"
+    REFUSED = "refused"                    # blue/green: the candidate failed before the cut-over; the live slot untouched
 
 
 TERMINAL = frozenset({State.UNCHANGED, State.SWITCHED, State.ROLLED_BACK, State.ROLLBACK_FAILED,
-                      State.FAILED_BEFORE_SWITCHING})
+                      State.FAILED_BEFORE_SWITCHING, State.REFUSED})
 
 # The one transition table.
 TRANSITIONS: dict[tuple[State, str], State] = {
     (State.INSPECT, "inspected"): State.DECIDE,
+    (State.INSPECT, "cut_short"): State.SLOT_RECOVER,         # the marker of a blue/green switch
+    (State.SLOT_RECOVER, "recovered"): State.DECIDE,
     (State.DECIDE, "keep"): State.STEADY,
     (State.DECIDE, "switch"): State.GATEWAY_OUT,
     (State.GATEWAY_OUT, "removed"): State.DRAIN,
@@ -160,13 +179,49 @@ TRANSITIONS: dict[tuple[State, str], State] = {
     (State.RECORD, "switched"): State.SWITCHED,
     (State.RECORD, "rolled_back"): State.ROLLED_BACK,
     (State.RECORD, "rollback_failed"): State.ROLLBACK_FAILED,
+    (State.RECORD, "refused"): State.REFUSED,
+    # blue/green
+    (State.DECIDE, "beside"): State.SLOT_TIDY,
+    (State.DECIDE, "moved"): State.FAILED_BEFORE_SWITCHING,   # the live slot is not the one the preflight decided for
+    (State.SLOT_TIDY, "tidy"): State.SLOT_INSTALL,
+    (State.SLOT_TIDY, "failed"): State.SLOT_ABANDON,
+    (State.SLOT_INSTALL, "installed"): State.SLOT_START,
+    (State.SLOT_INSTALL, "failed"): State.SLOT_ABANDON,
+    (State.SLOT_START, "started"): State.SLOT_GATE,
+    (State.SLOT_START, "failed"): State.SLOT_ABANDON,
+    (State.SLOT_GATE, "ready"): State.SLOT_PERF,
+    (State.SLOT_GATE, "not_ready"): State.SLOT_ABANDON,
+    (State.SLOT_GATE, "failed"): State.SLOT_ABANDON,
+    (State.SLOT_PERF, "passed"): State.SLOT_ROUTE,
+    (State.SLOT_PERF, "reported"): State.SLOT_ROUTE,
+    (State.SLOT_PERF, "skipped"): State.SLOT_ROUTE,
+    (State.SLOT_PERF, "failed"): State.SLOT_ABANDON,
+    (State.SLOT_ROUTE, "routed"): State.CUTOVER,
+    (State.SLOT_ROUTE, "failed"): State.SLOT_ABANDON,
+    (State.CUTOVER, "cut"): State.SLOT_DRAIN,
+    (State.CUTOVER, "failed"): State.SLOT_ABANDON,            # both still routed: the candidate is taken out again
+    (State.SLOT_DRAIN, "drained"): State.SOAK,
+    (State.SLOT_DRAIN, "failed"): State.SOAK,                 # recorded; the old slot stays loaded for the soak anyway
+    (State.SOAK, "passed"): State.SLOT_COMMIT,
+    (State.SOAK, "failed"): State.SLOT_BACK,
+    (State.SLOT_COMMIT, "committed"): State.RETIRE,
+    (State.SLOT_COMMIT, "failed"): State.SLOT_BACK,
+    (State.RETIRE, "retired"): State.RECORD,
+    (State.RETIRE, "failed"): State.RECORD,                   # the new slot serves; the record says what was left running
+    (State.SLOT_BACK, "back"): State.SLOT_ABANDON,
+    (State.SLOT_BACK, "failed"): State.SLOT_ABANDON,          # rollback_failed: nothing routable
+    (State.SLOT_ABANDON, "stopped"): State.RECORD,
 }
 
-# The first state of the switch proper: from here on every transition rewrites the marker.
+# The first state of the switch proper: from here on every transition rewrites the marker
+# (SLOT_TIDY: the blue/green switch's first).
 MARKED_FROM = State.PREGATE
+MARK_STARTS = frozenset({MARKED_FROM, State.SLOT_TIDY})
 # States whose HostError is the switch failing (the YAML block's rescue): the rollback follows.
 RESCUED = frozenset({State.SAVE, State.STOP, State.RELEASE, State.INSTALL, State.START, State.GATE, State.PERF,
-                     State.GATEWAY_IN, State.COMMIT})
+                     State.GATEWAY_IN, State.COMMIT,
+                     State.SLOT_TIDY, State.SLOT_INSTALL, State.SLOT_START, State.SLOT_GATE, State.SLOT_PERF,
+                     State.SLOT_COMMIT})
 MARKER = "switch.json"
 CURRENT = "current.json"
 # What current.json holds of the variant (and of the baseline a first deploy's rollback installs)
@@ -201,6 +256,7 @@ class Host(Protocol):
     def unit_state(self, unit: str) -> dict: ...            # {"active": bool, "loaded": bool}
     def stop(self, unit: str) -> None: ...
     def start(self, unit: str) -> None: ...                 # daemon-reload, enable, restart
+    def disable(self, unit: str) -> None: ...               # not started at boot (a slot that is not live)
     def gpu_memory_used(self, gpus: list[int]) -> list[int]: ...  # MiB per GPU; HostError when unreadable
     def read_bytes(self, path: str) -> bytes | None: ...    # None: no such file
     def write_atomic(self, path: str, data: bytes, mode: int) -> None: ...
@@ -210,9 +266,11 @@ class Host(Protocol):
     def listdir(self, path: str) -> list[str]: ...          # [] for a missing directory
     def remove(self, path: str) -> None: ...                # a file or a tree; missing is fine
     def makedirs(self, path: str, mode: int) -> None: ...
-    def gate(self, url: str, api_key_file: str | None, timeout: float, settle: float) -> dict: ...
-    def drain(self, url: str, api_key_file: str | None, timeout: float, interval: float) -> dict: ...
-    def bench(self, url: str, api_key_file: str | None, load: dict, baseline: dict | None, thresholds: dict) -> dict: ...
+    # the gate, the drain and the benchmark of the server at ``url`` run by ``unit`` (None: the switch's own unit)
+    def gate(self, url: str, api_key_file: str | None, timeout: float, settle: float, unit: str | None = None) -> dict: ...
+    def drain(self, url: str, api_key_file: str | None, timeout: float, interval: float, unit: str | None = None) -> dict: ...
+    def bench(self, url: str, api_key_file: str | None, load: dict, baseline: dict | None, thresholds: dict,
+              unit: str | None = None) -> dict: ...
     # the host's gateway (Settings.gateway): the server at ``worker`` taken out ({"removed": bool, "seconds"}),
     # or put in and routed to ({"seconds"}); HostError with the gateway's answer
     def gateway_out(self, gateway: dict, worker: str) -> dict: ...
@@ -271,6 +329,11 @@ class Settings:
     # or a gateway on another host in front of several (sglang_service_gateway_url): url, control_key
     # (the value), worker_url (where that gateway reaches this server), timeout
     gateway: dict | None = None
+    # two slots (sglang_service_slots): the preflight's decision (_slots.decide: mode, slot, unit, port, gpus,
+    # live, why) and soak (seconds the old slot stays loaded after the cut-over); ``service``, ``files``,
+    # ``url`` and ``gpus`` are then the candidate slot's
+    slot: dict | None = None
+    soak_interval: float = 5.0
 
     def problems(self) -> list[str]:
         errors = []
@@ -307,6 +370,29 @@ class Settings:
                     errors.append(f"the gateway and the server cannot both answer on {self.url}")
         if self.keep_attempts < 1:
             errors.append(f"keep_attempts must be at least 1, got {self.keep_attempts}")
+        errors.extend(self._slot_problems())
+        return errors
+
+    def _slot_problems(self) -> list[str]:
+        slot = self.slot
+        if slot is None:
+            return []
+        if not isinstance(slot, dict) or slot.get("mode") not in _slots.MODES or slot.get("slot") not in _slots.SLOTS:
+            return [f"slot needs mode ({', '.join(_slots.MODES)}) and slot ({', '.join(_slots.SLOTS)}), got {slot!r}"]
+        errors = []
+        if slot.get("unit") != self.service:
+            errors.append(f"the slot's unit {slot.get('unit')!r} is not the service this switch installs, {self.service!r}")
+        soak = slot.get("soak", 0)
+        if isinstance(soak, bool) or not isinstance(soak, (int, float)) or soak < 0:
+            errors.append(f"slot.soak must be seconds (0 or more), got {soak!r}")
+        if slot["mode"] == "blue_green":
+            live = slot.get("live") or {}
+            if not (self.gateway and self.gateway.get("workers_file")):
+                errors.append("a blue/green switch needs the host's own gateway")
+            if not live.get("unit") or not str(live.get("url") or "").startswith("http"):
+                errors.append(f"a blue/green switch needs the live slot's unit and URL, got {live!r}")
+            elif live["unit"] == self.service or live.get("url") == self.url:
+                errors.append(f"the candidate and the live slot cannot share a unit or a URL ({self.service}, {self.url})")
         return errors
 
 
@@ -383,6 +469,13 @@ class Switch:
         self.gateway_log: dict | None = None
         self.unavailable_from: float | None = None
         self.gateway_warning: str | None = None
+        # blue/green: what the slots went through (the record's ``slot``)
+        self.decision: str | None = None
+        self.slot_log: dict | None = None
+        self.candidate_routed = False
+        self.cut_over = False
+        self.back_ok: bool | None = None
+        self.recovered: dict | None = None
         self.fields: dict | None = None
         self.record: dict | None = None
         self.summary: str | None = None
@@ -434,9 +527,11 @@ class Switch:
         return dict(self.s.perf_thresholds, **(self.s.variant["params"].get("perf_thresholds") or {}))
 
     def _current(self, variant: dict) -> bytes:
-        """current.json for a variant, as the role renders it."""
+        """current.json for a variant, as the role renders it (with two slots, the live slot and its unit)."""
         doc = {k: variant.get(k) for k in CURRENT_KEYS}
         doc["gpu_devices"] = list(self.s.gpus)
+        if self.s.slot:
+            doc.update(slot=self.s.slot["slot"], unit=self.s.service)
         return json.dumps(doc, indent=4, sort_keys=True).encode("utf-8")
 
     def _history(self) -> list[dict]:
@@ -451,23 +546,25 @@ class Switch:
         elif self._serving():
             self.perf_known = _bench.known_good(self._history(), self.before, self._perf_load())
 
-    def _gate(self, url: str, api_key_file: str | None, timeout: float, settle: float) -> dict:
+    def _gate(self, url: str, api_key_file: str | None, timeout: float, settle: float, unit: str | None = None) -> dict:
         """The gate's result; a gate that could not run is not ready, its msg says why."""
         try:
-            result = dict(self.host.gate(url, api_key_file, timeout, settle))
+            result = dict(self.host.gate(url, api_key_file, timeout, settle, unit=unit))
         except HostError as exc:
             return {"ready": False, "failure": None, "cause": None, "msg": f"the gate did not run: {exc}"}
         result["ready"] = bool(result.get("ready"))
         return result
 
-    def _wait_release(self) -> tuple[bool, str]:
-        """Poll the GPUs' memory until every GPU holds less than the threshold, or the timeout."""
+    def _wait_release(self, devices: list[int] | None = None) -> tuple[bool, str]:
+        """Poll the GPUs' memory (the switch's, or ``devices``) until every GPU holds less than the
+        threshold, or the timeout."""
         s = self.s
+        devices = list(s.gpus if devices is None else devices)
         deadline = self.host.clock() + s.release_timeout
-        gpus = ",".join(str(g) for g in s.gpus)
+        gpus = ",".join(str(g) for g in devices)
         while True:
             try:
-                used, error = self.host.gpu_memory_used(list(s.gpus)), None
+                used, error = self.host.gpu_memory_used(devices), None
             except HostError as exc:
                 used, error = None, str(exc)
             if used and max(used) < s.release_threshold_mib:
@@ -487,6 +584,12 @@ class Switch:
         doc = {"variant": self.s.variant["variant"], "from": self.before.get("variant"), "run_id": self.s.run_id,
                "lock": (self.s.lock or {}).get("holder"), "started": self.started, "attempt": self.attempt,
                "state": self.state.value, "updated": _stamp(self.host.time())}
+        if self.s.slot:
+            doc.update(mode=self.s.slot["mode"], slot=self.s.slot["slot"], unit=self.s.service, url=self.s.url,
+                       gpus=list(self.s.gpus))
+            if self._beside():
+                live = self.s.slot["live"]
+                doc.update(live_unit=live["unit"], live_url=live["url"], live_gpus=list(live.get("gpus") or []))
         return json.dumps(doc, indent=4).encode("utf-8")
 
     # -- the one place where transitions are made ------------------------------------------------------------
@@ -495,7 +598,7 @@ class Switch:
         previous, self.state = self.state, state
         if previous is not None:
             self.trail.append((previous.value, event, state.value))
-        if state == MARKED_FROM and not self.marked:
+        if state in MARK_STARTS and not self.marked:
             self.marked = True
             now = self.host.time()
             self.started = _stamp(now)
@@ -536,7 +639,8 @@ class Switch:
                    f"{self.before.get('variant') or 'the service'} still runs")
         else:
             msg = self.summary or ""
-        repaired = bool(((self.gateway_log or {}).get("in") or {}).get("added")) and self.state == State.UNCHANGED
+        repaired = (bool(((self.gateway_log or {}).get("in") or {}).get("added")) or self.recovered is not None) \
+            and self.state == State.UNCHANGED
         return {"outcome": outcome,
                 "changed": repaired or self.state not in (State.UNCHANGED, State.FAILED_BEFORE_SWITCHING),
                 "failed": self.state not in (State.SWITCHED, State.UNCHANGED), "record": self.record,
@@ -550,7 +654,7 @@ class Switch:
     def plan(self) -> dict:
         """Inspect and decide, and say what a run would do; changes nothing on the host."""
         self.step_inspect()
-        switch = self.step_decide() == "switch"
+        switch = self.step_decide() in ("switch", "beside")
         # the states a run would act in (one that would skip its step is left out), then the outcome
         would, state, steady = [], State.INSPECT, False
         while state not in TERMINAL:
@@ -561,7 +665,9 @@ class Switch:
             state = TRANSITIONS[(state, event)]
         would.append(state.value)
         v, before = self.s.variant, self.before
-        if switch:
+        if self.decision == "moved":
+            msg = f"would change nothing: {self.drain_error}"
+        elif switch:
             msg = (f"would switch {self.s.service} from {before.get('variant') or 'an unmanaged or absent service'} "
                    f"to {v['variant']} ({' '.join(v.get('argv') or [])}): {'; '.join(self.reasons)}")
         else:
@@ -573,8 +679,21 @@ class Switch:
         """The event a state would give when every step succeeds (plan())."""
         perf_on = self.s.perf_gate != "off"
         return {
-            State.INSPECT: "inspected",
-            State.DECIDE: "switch" if self.reasons else "keep",
+            State.INSPECT: ("cut_short" if self.before.get("interrupted") and self.s.gateway
+                            and (self.before.get("marker") or {}).get("mode") == "blue_green" else "inspected"),
+            State.SLOT_RECOVER: "recovered",
+            State.DECIDE: self.decision if self.decision in ("beside", "moved") else "switch" if self.reasons else "keep",
+            State.SLOT_TIDY: "tidy",
+            State.SLOT_INSTALL: "installed",
+            State.SLOT_START: "started",
+            State.SLOT_GATE: "ready",
+            State.SLOT_PERF: "passed" if perf_on else "skipped",
+            State.SLOT_ROUTE: "routed",
+            State.CUTOVER: "cut",
+            State.SLOT_DRAIN: "drained",
+            State.SOAK: "passed",
+            State.SLOT_COMMIT: "committed",
+            State.RETIRE: "retired",
             State.STEADY: "ready",
             State.GATEWAY_OUT: "removed" if self.s.gateway and self._serving() else "skipped",
             State.DRAIN: "drained" if self._serving() else "skipped",
@@ -600,9 +719,58 @@ class Switch:
         self.before = inspect(self.host, s.service, s.service_dir, s.files)
         ddtree = self._json(s.ddtree_manifest) if s.ddtree_manifest else None
         self.ddtree_build = ddtree or {}
+        marker = self.before.get("marker") or {}
+        if self.before.get("interrupted") and marker.get("mode") == "blue_green" and s.gateway:
+            return "cut_short"
         return "inspected"
 
+    def step_slot_recover(self) -> str:
+        """A blue/green switch cut short (a killed job, a reboot) left two slots that may both run and be
+        routed: the one current.json names (committed or not, it is the live one) is put back into the
+        gateway, the other taken out, stopped and not started at boot; then the marker is cleared and
+        this run decides as on a host nobody interrupted."""
+        marker, before = self.before["marker"], self.before
+        live_unit = before.get("unit")
+        if marker.get("unit") == live_unit:   # cut short after the commit: the old slot is the one left over
+            other_unit, other_url = marker.get("live_unit"), marker.get("live_url")
+        else:
+            other_unit, other_url = marker.get("unit"), marker.get("url")
+        done = []
+        if before.get("active") and before.get("url"):
+            self._gateway_in(before["url"], before.get("api_key_file"))
+            done.append(f"{live_unit} routed")
+        if other_url and other_url != before.get("url"):
+            if dict(self.host.gateway_out(self.s.gateway, self._worker_of(other_url))).get("removed"):
+                done.append(f"{other_unit} taken out of the gateway")
+        if other_unit and other_unit != live_unit:
+            state = self.host.unit_state(other_unit)
+            if state.get("active"):
+                self.host.stop(other_unit)
+                done.append(f"{other_unit} stopped")
+            if state.get("loaded"):
+                self.host.disable(other_unit)
+        self.host.remove(self._path(MARKER))
+        self.recovered = {"state": marker.get("state"), "run_id": marker.get("run_id"), "done": done}
+        self.before = dict(before, interrupted=False, marker=None)
+        return "recovered"
+
     def step_decide(self) -> str:
+        self.decision = self._decide()
+        return self.decision
+
+    def _decide(self) -> str:
+        if self.s.slot:
+            self.slot_log = {k: self.s.slot.get(k) for k in ("mode", "slot", "unit", "gpus", "why")}
+            self.slot_log["live"] = {k: (self.s.slot.get("live") or {}).get(k) for k in ("slot", "unit", "variant")}
+        if self._beside():
+            moved = self._slot_moved()
+            if moved:
+                self.drain_error = moved
+                return "moved"
+            live = self.s.slot["live"]
+            self.reasons = [f"{self.s.variant['variant']} starts in slot {self.s.slot['slot']} beside "
+                            f"{live['variant']} (slot {live['slot']}): {self.s.slot.get('why')}"]
+            return "beside"
         staged = self._staged()
         names = [f["name"] for f in staged]
         if self.s.changed_files is not None:
@@ -618,7 +786,8 @@ class Switch:
         return "keep"
 
     def step_steady(self) -> str:
-        self.steady = self._gate(self.s.url, self._config_file(), self._gate_timeout(self.s.variant), 0)
+        self.steady = self._gate(self.s.url, self._config_file(), self._gate_timeout(self.s.variant), 0,
+                                 unit=self.s.service)
         if self.steady["ready"]:
             if self.s.gateway:
                 # a gateway restarted without its workers file, or one a hand took the server out of
@@ -722,7 +891,7 @@ class Switch:
             return "skipped"
         try:
             self.drain_result = self.host.drain(self.before.get("url") or self.s.url, self.before.get("api_key_file"),
-                                                self.s.drain_timeout, self.s.drain_interval)
+                                                self.s.drain_timeout, self.s.drain_interval, unit=self.before.get("unit"))
         except HostError as exc:
             self.drain_error = str(exc)
             return "failed"
@@ -731,10 +900,14 @@ class Switch:
     def step_measure(self) -> str:
         if self.s.perf_gate == "off" or self.perf_known is not None:
             return "skipped"
+        self._measure(self.before.get("url") or self.s.url, self.before.get("api_key_file"), self.before.get("unit"))
+        return "measured"
+
+    def _measure(self, url: str, api_key_file: str | None, unit: str | None) -> None:
+        """The running service's figures under this run's load (perf_known); a failed measurement is kept."""
         before = self.before
         try:
-            result = self.host.bench(before.get("url") or self.s.url, before.get("api_key_file"), self._perf_load(),
-                                     None, {})
+            result = self.host.bench(url, api_key_file, self._perf_load(), None, {}, unit=unit)
         except HostError as exc:
             result = {"msg": str(exc)}
         figures = result.get("figures")
@@ -745,13 +918,12 @@ class Switch:
             "argv": before.get("argv"), "sglang_version": before.get("sglang_version"),
             "gpu_devices": before.get("gpu_devices"),
         }
-        return "measured"
 
     def step_pregate(self) -> str:
         if not self._serving():
             return "skipped"
         self.pregate = self._gate(self.before.get("url") or self.s.url, self.before.get("api_key_file"),
-                                  self.s.pregate_timeout, 0)
+                                  self.s.pregate_timeout, 0, unit=self.before.get("unit") or self.s.service)
         return "ready" if self.pregate["ready"] else "not_ready"
 
     def step_save(self) -> str:
@@ -795,7 +967,8 @@ class Switch:
 
     def step_gate(self) -> str:
         v = self.s.variant
-        self.gate_result = self._gate(self.s.url, self._config_file(), self._gate_timeout(v), self.s.gate_settle)
+        self.gate_result = self._gate(self.s.url, self._config_file(), self._gate_timeout(v), self.s.gate_settle,
+                                      unit=self.s.service)
         if self.gate_result["ready"]:
             return "ready"
         if self.gate_result.get("failure"):
@@ -809,10 +982,14 @@ class Switch:
     def step_perf(self) -> str:
         if self.s.perf_gate == "off":
             return "skipped"
+        return self._perf(State.PERF)
+
+    def _perf(self, state: State) -> str:
+        """The variant under the load, against perf_known: passed, reported or failed (``state`` fails)."""
         known = self.perf_known or {}
         try:
             result = self.host.bench(self.s.url, self._config_file(), self._perf_load(), known.get("figures") or None,
-                                     self._thresholds())
+                                     self._thresholds(), unit=self.s.service)
         except HostError as exc:
             if self.perf_mode() == "enforce":
                 raise
@@ -834,7 +1011,7 @@ class Switch:
             "msg": (f"{self.s.variant['variant']} serves but failed the performance gate against the known-good "
                     f"{known.get('variant') or 'service'} on this host: {why}"),
         }
-        self.failure, self.failed_task = self.perf_failure, State.PERF.value
+        self.failure, self.failed_task = self.perf_failure, state.value
         return "failed"
 
     def step_commit(self) -> str:
@@ -891,12 +1068,17 @@ class Switch:
     def step_restore_gate(self) -> str:
         plan = self.restore
         self.rollback_gate = self._gate(plan["url"], plan.get("api_key_file"),
-                                        float(plan.get("gate_timeout") or DEFAULT_GATE_TIMEOUT), self.s.gate_settle)
+                                        float(plan.get("gate_timeout") or DEFAULT_GATE_TIMEOUT), self.s.gate_settle,
+                                        unit=self.s.service)
         return "ready" if self.rollback_gate["ready"] else "not_ready"
 
     def step_record(self) -> str:
         if self.steady is not None and self.steady.get("ready") and not self.marked:
             outcome = "unchanged"
+        elif self._beside():
+            # the live slot was never stopped: refused before the cut-over, else the traffic given back (or not)
+            outcome = ("switched" if self.committed else "refused" if not self.cut_over
+                       else "rolled_back" if self.back_ok else "rollback_failed")
         else:
             outcome = _deploy.outcome(self.committed, bool((self.rollback_gate or {}).get("ready")))
         self.outcome = outcome
@@ -918,9 +1100,236 @@ class Switch:
                 self.host.remove(posixpath.join(attempts, name))
         return outcome
 
+    # -- blue/green: the candidate in the free slot, beside the live one -----------------------------------------
+
+    def _beside(self) -> bool:
+        return bool(self.s.slot and self.s.slot["mode"] == "blue_green")
+
+    def _slot_moved(self) -> str | None:
+        """Why the live slot is not the one the preflight decided for (a deploy between the preflight and
+        the lock, an interrupted in-place switch): nothing is done then."""
+        live, before = self.s.slot["live"], self.before
+        marker = before.get("marker") or {}
+        if before.get("interrupted") and marker.get("mode") != "blue_green":
+            return (f"an interrupted in-place switch (marker: state {marker.get('state')}) is repaired in place, not "
+                    "beside it; deploy again")
+        if before.get("slot") != live["slot"] or before.get("unit") != live["unit"] or not before.get("active"):
+            return (f"the preflight found {live['variant']} live in slot {live['slot']} ({live['unit']}), the switch "
+                    f"finds {before.get('variant') or 'nothing'} in slot {before.get('slot')} ({before.get('unit')}, "
+                    f"{'active' if before.get('active') else 'not active'}): deploy again")
+        return None
+
+    def _live_worker(self) -> str:
+        return self._worker_of(self.s.slot["live"]["url"])
+
+    def _write_workers(self, urls: list[str]) -> None:
+        """The live workers the gateway's unit registers when it restarts (a crash, a reboot)."""
+        path = self.s.gateway.get("workers_file")
+        workers = json.dumps({"workers": [self._worker_of(u) for u in urls]}, indent=4).encode("utf-8")
+        if path and self.host.read_bytes(path) != workers:
+            self.host.write_atomic(path, workers, 0o600)
+
+    def _take_out(self, worker: str) -> dict:
+        """``worker`` out of the gateway ({"removed": bool}); HostError with the gateway's answer."""
+        return dict(self.host.gateway_out(self.s.gateway, worker))
+
+    def step_slot_tidy(self) -> str:
+        """The free slot as a run cut short may have left it: out of the gateway, stopped, not started at
+        boot, and its GPUs free; then the candidate's slot is clean."""
+        unit, tidy = self.s.service, []
+        if self._take_out(self._worker_of(self.s.url)).get("removed"):
+            tidy.append("taken out of the gateway")
+        state = self.host.unit_state(unit)
+        if state.get("active"):
+            self.host.stop(unit)
+            tidy.append("stopped")
+            if self._gpu_check():
+                released, detail = self._wait_release()
+                if not released:
+                    self.failure, self.failed_task = {"ready": False, "msg": detail}, State.SLOT_TIDY.value
+                    raise HostError(detail)
+        if state.get("loaded"):
+            self.host.disable(unit)
+        self.slot_log["tidy"] = tidy
+        return "tidy"
+
+    def step_slot_install(self) -> str:
+        """This attempt's files kept in attempts/, and put into the candidate's slot (the live slot's unit is
+        another file; the --config and logging files are the same for both)."""
+        attempt = self._path("attempts", self.attempt)
+        self.host.makedirs(attempt, 0o700)
+        for item in self._staged():
+            self.host.copy(posixpath.join(self.s.staging, item["name"]), posixpath.join(attempt, item["name"]), 0o600)
+        self._copy_files(self.s.staging, self._staged())
+        return "installed"
+
+    def step_slot_start(self) -> str:
+        self.host.start(self.s.service)
+        return "started"
+
+    def step_slot_gate(self) -> str:
+        v = self.s.variant
+        self.gate_result = self._gate(self.s.url, self._config_file(), self._gate_timeout(v), self.s.gate_settle,
+                                      unit=self.s.service)
+        if self.gate_result["ready"]:
+            return "ready"
+        self.failure = self.gate_result if self.gate_result.get("failure") else {
+            "ready": False, "msg": f"{v['variant']} is not ready: {self.gate_result.get('msg')}"}
+        self.failed_task = State.SLOT_GATE.value
+        return "not_ready"
+
+    def step_slot_perf(self) -> str:
+        """The live slot and the candidate measured one after the other under the same load, on the same
+        host in the same run: the comparison is between these two figures, not the history's."""
+        if self.s.perf_gate == "off":
+            return "skipped"
+        live = self.s.slot["live"]
+        self._measure(live["url"], self.before.get("api_key_file"), live["unit"])
+        return self._perf(State.SLOT_PERF)
+
+    def step_slot_route(self) -> str:
+        """The candidate into the gateway beside the live slot; the cut-over waits until the gateway
+        itself lists it healthy and answers /readiness (removing the live one first would leave clients
+        with nothing routable)."""
+        g, worker = self.s.gateway, self._worker_of(self.s.url)
+        self.gateway_log = {"url": g["url"], "worker": worker}
+        self.candidate_routed = True  # from the add on: an abandon takes it out again
+        try:
+            self.gateway_log["in"] = dict(self.host.gateway_in(g, worker, self._config_file()))
+        except HostError as exc:
+            v = self.s.variant
+            self.failure = {"ready": False, "phase": "gateway", "failure": "not_routed", "cause": "gateway",
+                            "server": (self.gate_result or {}).get("server"),
+                            "msg": f"{v['variant']} serves on {self.s.url} but the gateway at {g['url']} does not route "
+                                   f"to it: {exc}"}
+            self.failed_task = State.SLOT_ROUTE.value
+            return "failed"
+        self._write_workers([self.s.slot["live"]["url"], self.s.url])
+        return "routed"
+
+    def step_cutover(self) -> str:
+        """The live slot out of the gateway: from here the candidate takes every new request."""
+        try:
+            self.gateway_log["out"] = self._take_out(self._live_worker())
+        except HostError as exc:
+            self.failure = {"ready": False, "phase": "gateway", "failure": "not_cut_over", "cause": "gateway",
+                            "msg": f"the gateway at {self.s.gateway['url']} could not take the live slot out: {exc}"}
+            self.failed_task = State.CUTOVER.value
+            return "failed"
+        self.cut_over = True
+        self.gateway_log["unavailable_s"] = 0.0  # the gateway routed to a ready server throughout
+        self.slot_log["cut_over_at"] = _stamp(self.host.time())
+        self._write_workers([self.s.url])
+        return "cut"
+
+    def step_slot_drain(self) -> str:
+        live = self.s.slot["live"]
+        try:
+            self.drain_result = self.host.drain(live["url"], self.before.get("api_key_file"), self.s.drain_timeout,
+                                                self.s.drain_interval, unit=live["unit"])
+        except HostError as exc:
+            self.slot_log["drain_error"] = str(exc)
+            return "failed"
+        return "drained"
+
+    def step_soak(self) -> str:
+        """The old slot kept loaded while the candidate takes real traffic: its unit and a real
+        generation checked every soak_interval seconds; a failure gives the traffic back at once."""
+        soak = float(self.s.slot.get("soak") or 0)
+        started = self.host.clock()
+        probes = 0
+        while True:
+            probes += 1
+            check = self._gate(self.s.url, self._config_file(), 30.0, 0, unit=self.s.service)
+            elapsed = round(self.host.clock() - started, 2)
+            if not check["ready"]:
+                self.slot_log["soak"] = {"seconds": soak, "elapsed": elapsed, "probes": probes, "ok": False}
+                self.failure = check if check.get("failure") else {
+                    "ready": False, "msg": f"{self.s.variant['variant']} failed under its first real traffic: "
+                                           f"{check.get('msg')}"}
+                self.failure = dict(self.failure, phase="soak")
+                self.failed_task = State.SOAK.value
+                return "failed"
+            left = soak - (self.host.clock() - started)
+            if left <= 0:
+                break
+            self.host.sleep(min(self.s.soak_interval, left))
+        self.slot_log["soak"] = {"seconds": soak, "elapsed": round(self.host.clock() - started, 2), "probes": probes,
+                                 "ok": True}
+        return "passed"
+
+    def step_slot_commit(self) -> str:
+        """current.json names the candidate's slot and unit; its files are the known-good copy."""
+        self.host.write_atomic(self._path(CURRENT), self._current(self.s.variant), 0o600)
+        self.host.makedirs(self._path("known-good"), 0o700)
+        for item in self.s.files:
+            self.host.copy(item["src"], self._path("known-good", item["name"]), 0o600)
+        # the other slot's unit file is not known-good any more
+        old = self.s.slot["live"]["unit"]
+        if old not in {f["name"] for f in self.s.files}:
+            self.host.remove(self._path("known-good", old))
+        self.committed = True
+        return "committed"
+
+    def step_retire(self) -> str:
+        """The old slot stopped, not started at boot, and its GPUs waited for (a timeout is a warning)."""
+        live = self.s.slot["live"]
+        try:
+            self.host.stop(live["unit"])
+            self.host.disable(live["unit"])
+        except HostError as exc:
+            self.slot_log["retire_error"] = f"{live['unit']} was not stopped: {exc}"
+            return "failed"
+        if self._gpu_check() and live.get("gpus"):
+            released, detail = self._wait_release(live["gpus"])
+            if not released:
+                self.release_warning = detail
+        self.slot_log["retired"] = live["unit"]
+        return "retired"
+
+    def step_slot_back(self) -> str:
+        """The candidate failed after the cut-over: the old slot, still loaded, routed again, then the
+        candidate taken out (in that order: the gateway always has a server to route to)."""
+        live, started = self.s.slot["live"], self.host.clock()
+        try:
+            answer = dict(self.host.gateway_in(self.s.gateway, self._live_worker(), self.before.get("api_key_file")))
+        except HostError as exc:
+            self.back_ok = False
+            self.slot_log["back"] = {"ok": False, "msg": f"{live['variant']} ({live['unit']}) is not routed again: {exc}"}
+            return "failed"
+        self.back_ok = True
+        self._write_workers([live["url"]])
+        self.slot_log["back"] = {"ok": True, "seconds": round(self.host.clock() - started, 2), "in": answer,
+                                 "msg": f"the traffic is back on {live['variant']} (slot {live['slot']})"}
+        return "back"
+
+    def step_slot_abandon(self) -> str:
+        """The candidate out of the gateway (when it was put in), stopped and not started at boot; the
+        live slot is not touched. Errors are kept: the record says what is left."""
+        problems = []
+        if self.candidate_routed:
+            try:
+                self._take_out(self._worker_of(self.s.url))
+            except HostError as exc:
+                problems.append(f"not taken out of the gateway: {exc}")
+            if not self.cut_over:
+                self._write_workers([self.s.slot["live"]["url"]])
+        for action in (self.host.stop, self.host.disable):
+            try:
+                action(self.s.service)
+            except HostError as exc:
+                problems.append(str(exc))
+        self.slot_log["abandoned"] = {"unit": self.s.service, "problems": problems}
+        return "stopped"
+
     # -- the record's fields, from this object ---------------------------------------------------------------
 
     def _rollback(self) -> dict:
+        if self._beside():
+            back = (self.slot_log or {}).get("back") or {}
+            return {"variant": self.s.slot["live"]["variant"], "source": "live_slot", "ready": bool(back.get("ok")),
+                    "failure": None, "cause": None, "elapsed": back.get("seconds"), "msg": back.get("msg") or "",
+                    "release_warning": None}
         gate = self.rollback_gate or {}
         msg = gate.get("msg") or self.restart_error or self.restore_error or ""
         return {"variant": self.restore["variant"], "source": self.restore["source"], "ready": bool(gate.get("ready")),
@@ -930,6 +1339,8 @@ class Switch:
     def _fields(self, outcome: str) -> dict:
         s, v = self.s, self.s.variant
         verdict = {"unchanged": self.steady, "switched": self.gate_result}.get(outcome, self.failure)
+        if outcome == "refused" and verdict is None:
+            verdict = {"ready": False, "msg": "the candidate was refused"}
         return {
             "time": _stamp(self.host.time()),
             "host": s.host,
@@ -943,7 +1354,7 @@ class Switch:
             "ddtree_build": self.ddtree_build,
             "memory_plan": v.get("memory_plan"),
             "gpu_devices": list(s.gpus),
-            "repaired_interrupted_run": bool(self.before.get("interrupted")),
+            "repaired_interrupted_run": bool(self.before.get("interrupted")) or self.recovered is not None,
             "lock": s.lock,
             "outcome": outcome,
             "verdict": verdict,
@@ -959,6 +1370,7 @@ class Switch:
                             "known_good": self.perf_known},
             "controller_user": s.controller_user,
             "gateway": self.gateway_log,
+            "slot": dict(self.slot_log, recovered=self.recovered) if self.slot_log else None,
         }
 
 
@@ -973,8 +1385,10 @@ def inspect(host: Host, service: str, service_dir: str, files: list[dict]) -> di
     as running (argv, URL, release, GPUs), its --config file, an interrupted switch (the marker)
     and the known-good copy. The role reads it before staging (the rollback target's checks),
     and the switch reads it again as its first state."""
-    unit = host.unit_state(service)
     current = _read_json(host, posixpath.join(service_dir, CURRENT))
+    # with two slots, current.json names the live slot's unit (the service's own, blue, without one)
+    unit_name = (current or {}).get("unit") if isinstance((current or {}).get("unit"), str) else service
+    unit = host.unit_state(unit_name)
     marker_path = posixpath.join(service_dir, MARKER)
     known_good = bool(files) and host.exists(posixpath.join(service_dir, "known-good", files[0]["name"]))
     known_record = _read_json(host, posixpath.join(service_dir, "known-good", CURRENT))
@@ -982,6 +1396,8 @@ def inspect(host: Host, service: str, service_dir: str, files: list[dict]) -> di
     return {
         "active": bool(unit.get("active")),
         "loaded": bool(unit.get("loaded")),
+        "unit": unit_name,
+        "slot": (current or {}).get("slot") or ("blue" if current else None),
         "variant": (current or {}).get("variant"),
         "argv": (current or {}).get("argv"),
         "url": _deploy.url_of((current or {}).get("argv")),
@@ -1075,6 +1491,9 @@ class SystemHost:
         self._systemctl("daemon-reload")
         self._systemctl("enable", "--", unit)
         self._systemctl("restart", "--", unit)
+
+    def disable(self, unit: str) -> None:
+        self._systemctl("disable", "--", unit)
 
     def gpu_memory_used(self, gpus: list[int]) -> list[int]:
         fields = ("index", "memory.used")
@@ -1179,10 +1598,10 @@ class SystemHost:
             return [self._masked(v, key) for v in value]
         return value
 
-    def gate(self, url: str, api_key_file: str | None, timeout: float, settle: float) -> dict:
+    def gate(self, url: str, api_key_file: str | None, timeout: float, settle: float, unit: str | None = None) -> dict:
         o = self.gate_options
         client, key = self._client(url, api_key_file, float(o.get("request_timeout", 30)))
-        watcher = _process_watch.UnitWatcher(self.unit, self.run_command)
+        watcher = _process_watch.UnitWatcher(unit or self.unit, self.run_command)
         try:
             gate = _readiness.Gate(client, watcher, timeout=timeout, interval=float(o.get("interval", 1)),
                                    generations=int(o.get("generations", 1)), settle=settle,
@@ -1193,32 +1612,33 @@ class SystemHost:
             raise HostError(f"gate settings: {exc}") from None
         return self._masked(gate.run(), key)
 
-    def _listener_is_the_units(self, url: str, what: str, key: str | None) -> None:
+    def _listener_is_the_units(self, url: str, what: str, key: str | None, unit: str) -> None:
         """The API key goes only to the unit's own listener: before the drain and the benchmark
         send it (the gate checks for itself), who listens on the URL is looked up as the gate
         looks it up, and another process there (a local user who bound the port while the
         service was down, or beside an IPv6 listener) is refused: HostError, nothing sent."""
         if not key or not self.gate_options.get("check_listener", True):
             return
-        watcher = _process_watch.UnitWatcher(self.unit, self.run_command)
+        watcher = _process_watch.UnitWatcher(unit, self.run_command)
         try:
             watcher.poll()
         except _process_watch.GateFailure:
             pass  # no unit: none of its processes listens, so any listener is another's
         seen = _listener.find_listener(url, watcher)
         if seen.state == "foreign":
-            raise HostError(f"{what}: another process answers on {seen.address}, not {self.unit}: {seen.detail}; "
+            raise HostError(f"{what}: another process answers on {seen.address}, not {unit}: {seen.detail}; "
                             "the API key was not sent to it")
 
-    def drain(self, url: str, api_key_file: str | None, timeout: float, interval: float) -> dict:
+    def drain(self, url: str, api_key_file: str | None, timeout: float, interval: float, unit: str | None = None) -> dict:
         client, key = self._client(url, api_key_file, 5.0)
-        self._listener_is_the_units(url, "drain", key)
+        self._listener_is_the_units(url, "drain", key, unit or self.unit)
         return self._masked(_drain.drain(client, timeout, interval), key)
 
-    def bench(self, url: str, api_key_file: str | None, load: dict, baseline: dict | None, thresholds: dict) -> dict:
+    def bench(self, url: str, api_key_file: str | None, load: dict, baseline: dict | None, thresholds: dict,
+              unit: str | None = None) -> dict:
         """What the sglang_bench module returns for the deploy's load (_bench.measure)."""
         client, key = self._client(url, api_key_file, float(load["timeout"]))
-        self._listener_is_the_units(url, "benchmark", key)
+        self._listener_is_the_units(url, "benchmark", key, unit or self.unit)
         try:
             return self._masked(_bench.measure(client, load, baseline, thresholds), key)
         except _bench.BenchError as exc:

@@ -51,7 +51,7 @@ from ansible_collections.inferops.sglang.plugins.module_utils import _mask
 from ansible_collections.inferops.sglang.plugins.module_utils import _process_watch as watch
 from ansible_collections.inferops.sglang.plugins.module_utils import _state_files as files
 from ansible_collections.inferops.sglang.plugins.module_utils import _readiness as readiness
-from ansible_collections.inferops.sglang.plugins.module_utils._http import Client
+from ansible_collections.inferops.sglang.plugins.module_utils._http import Client, url_of
 
 ACTIONS = ("restart", "report")
 # The settings file's keys and their defaults (the role writes every one).
@@ -265,7 +265,17 @@ class Watchdog:
             return "restart_failed", f"systemctl restart {self.s['unit']} failed: {(err or out).strip()[:300]}"
         return "restarted", f"restarted {self.s['unit']}"
 
+    def _follow_the_live_slot(self) -> None:
+        """With two slots the live one moves with each blue/green switch: current.json names its unit and
+        command line, and the watchdog watches that one (its settings name the service's own unit)."""
+        current = files.read_json(os.path.join(self.s["service_dir"], "current.json")) or {}
+        unit, url = current.get("unit"), url_of(current.get("argv"))
+        if isinstance(unit, str) and unit and url:
+            self.s = dict(self.s, unit=unit, url=url)
+
     def run(self) -> str:
+        if os.path.isdir(self.s["service_dir"]):
+            self._follow_the_live_slot()
         unit_name = self.s["unit"]
         if not os.path.isdir(self.s["service_dir"]):
             self.say("info", f"{unit_name}: {self.s['service_dir']} is missing: nothing deployed here to watch")

@@ -117,6 +117,20 @@ options:
         description: The gateway's Prometheus port on loopback.
         type: int
         required: true
+  slots:
+    description:
+      - Two server slots behind the host's gateway (the sglang_service role's C(sglang_service_slots)); needs O(gateway).
+      - The live slot is read from C(current.json) in the service's directory and its unit; the candidate runs in the
+        other slot, beside it, when the host manifest's usable GPUs hold O(tp_size) free ones the live slot does not
+        use (nvidia-smi's memory.used under the release threshold), else in place in the live slot. The result's
+        C(variant.slot) says which (C(mode), C(slot), C(unit), C(port), C(gpus), C(live), C(why)); C(variant.url) and
+        C(settings.gpu_devices) are then the candidate slot's.
+    type: dict
+    suboptions:
+      green_port:
+        description: The green slot's server port on loopback (the blue slot's is O(gateway.server_port)).
+        type: int
+        required: true
   gateway_url:
     description:
       - A fleet's gateway on another host in front of this server (the role's C(sglang_service_gateway_url)), checked
@@ -253,7 +267,7 @@ variant:
   description:
     - The variant resolved and checked, with the same keys as M(inferops.sglang.sglang_variant)'s result
       (C(variant), C(params), C(argv), C(exec_args), C(sglang_version), C(max_position_embeddings), C(memory_plan),
-      C(memory_warnings), C(url), C(baseline)).
+      C(memory_warnings), C(url), C(baseline)), and C(gateway) and C(slot) (null without O(gateway), O(slots)).
   returned: success
   type: dict
 models:
@@ -293,8 +307,16 @@ def run(module: AnsibleModule) -> dict:
             module.run_command)
         settings = host["settings"]
         step = "variant"
+        # two slots: the candidate's slot, port and GPUs, decided before anything is rendered
+        slot = _preflight.slot_decision(p, host, module.run_command)
+        if slot and slot["gpus"] is not None and slot["gpus"] != settings["gpu_devices"]:
+            settings["gpu_devices"] = slot["gpus"]
+            settings["gpu_nodes"], host["sources"]["gpu_nodes"] = hm.gpu_nodes(
+                slot["gpus"], hm.device_minors(host.get("manifest")),
+                _preflight.probed_minors(module.run_command, p["driver_proc_dir"], slot["gpus"]))
+            host["sources"]["gpu_devices"] = "slot"
         variant = _preflight.variant(dict(
-            p, python=settings["python"], tp_size=settings["tp_size"], gpu_devices=settings["gpu_devices"],
+            p, slot=slot, python=settings["python"], tp_size=settings["tp_size"], gpu_devices=settings["gpu_devices"],
             read_write_paths=list(p["read_write_paths"] or []),
             credentials=bool(p["api_key"] or p["admin_api_key"] or p["gateway"])), module.run_command)
         warnings += variant["memory_warnings"]
@@ -330,6 +352,7 @@ def main() -> None:
             port=dict(type="int", default=30000),
             gateway=dict(type="dict", options=dict(server_port=dict(type="int", required=True),
                                                    metrics_port=dict(type="int", required=True))),
+            slots=dict(type="dict", options=dict(green_port=dict(type="int", required=True))),
             gateway_url=dict(type="str"),
             gateway_control_key=dict(type="str", no_log=True),
             metrics=dict(type="bool", default=False),

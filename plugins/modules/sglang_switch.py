@@ -192,6 +192,17 @@ options:
   api_key:
     description: This run's API key, sent where no C(--config) file holds one; masked in every result.
     type: str
+  slot:
+    description:
+      - Two server slots (the sglang_service role's C(sglang_service_slots)); the preflight's decision, its result's
+        C(variant.slot) (C(mode), C(slot), C(unit), C(port), C(gpus), C(live), C(why)), with C(soak), the seconds the old
+        slot stays loaded after the cut-over. O(service), O(files), O(url) and O(gpu_devices) are the candidate slot's.
+      - With C(mode=blue_green) the candidate starts in the free slot beside the live one, is gated, measured against
+        it, routed by the host's O(gateway) beside it, then takes the traffic; the old slot is drained, soaked, stopped.
+        A failure before the cut-over is the outcome V(refused) with the live slot untouched; after it, the traffic
+        goes back to the old slot (V(rolled_back)).
+      - With C(mode=in_place), the in-place switch of the live slot (current.json then names the slot and its unit).
+    type: dict
   gateway:
     description:
       - The host's gateway in front of the server (the sglang_service role's C(sglang_service_gateway)), when it has
@@ -262,7 +273,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 outcome:
-  description: V(unchanged), V(switched), V(rolled_back), V(rollback_failed) or V(failed_before_switching) (the drain failed; nothing changed).
+  description: V(unchanged), V(switched), V(rolled_back), V(rollback_failed), V(failed_before_switching) (the drain failed; nothing changed) or V(refused) (blue/green, before the cut-over; the live slot untouched).
   returned: not check mode
   type: str
 record:
@@ -401,7 +412,7 @@ def settings(p: dict) -> _switch.Settings:
         perf_gate=p["perf_gate"], perf_load=p["perf_load"], perf_thresholds=p["perf_thresholds"],
         keep_attempts=p["keep_attempts"], changed_files=p["changed_files"], ddtree_manifest=p["ddtree_manifest"],
         lock={k: p["lock"].get(k) for k in LOCK_KEYS} if p["lock"] else None, rotation=p["rotation"], plan_tolerance=p["plan_tolerance"],
-        controller_user=p["controller_user"], gateway=p["gateway"])
+        controller_user=p["controller_user"], gateway=p["gateway"], slot=p["slot"])
 
 
 def claim_lock(module: AnsibleModule) -> None:
@@ -456,6 +467,7 @@ def main() -> None:
             plan_tolerance=dict(type="float"),
             controller_user=dict(type="str"),
             api_key=dict(type="str", no_log=True),
+            slot=dict(type="dict"),
             gateway=dict(type="dict", options=dict(
                 url=dict(type="str", required=True),
                 control_key_file=dict(type="path", no_log=False),

@@ -70,8 +70,10 @@ def render(template: str, **overrides) -> str:
     # known, a GPU's node is its index, as sglang_host_manifest gives it on such a host
     variables.setdefault("_sglang_service_gpu_nodes", _host_manifest.gpu_nodes(variables["_sglang_service_gpus"], {})[0])
     # the role's vars/main.yml as Ansible resolves them (the ones the templates use)
-    for name in ("_sglang_service_base", "_sglang_service_config_file", "_sglang_service_credential",
-                 "_sglang_service_logging_file", "_sglang_service_logging", "_sglang_service_config_used"):
+    variables.setdefault("_sglang_service_slot", None)  # no slots: the service's own unit
+    for name in ("_sglang_service_base", "_sglang_service_unit", "_sglang_service_config_file",
+                 "_sglang_service_credential", "_sglang_service_logging_file", "_sglang_service_logging",
+                 "_sglang_service_config_used"):
         variables[name] = Templar(loader=loader, variables=variables).template(_trust(ROLE_VARS[name]))
     templar = Templar(loader=loader, variables=variables)
     text = trust_as_template((ROLE / "templates" / template).read_text())
@@ -197,6 +199,21 @@ def test_a_privileged_port_gives_the_server_the_capability_to_bind_it_and_no_oth
                                   "AmbientCapabilities": ["CAP_NET_BIND_SERVICE"]}
     assert [k for k in keys(unit) if k[1] != "#"] == [k for k in keys(plain) if k[1] != "#"]
     verify(unit, tmp_path)
+
+
+def test_the_green_slot_logs_under_its_own_name_and_says_its_slot(tmp_path):
+    """Two slots: the gate and the watchdog read a unit's own lines by its SyslogIdentifier, so the green
+    slot's server cannot be mistaken for the blue one's (or the reverse) while both run."""
+    def lines(unit: str) -> dict:
+        return {(section, key): value for section, key, value in systemd_syntax.lines(unit)}
+
+    blue = lines(render("sglang.service.j2"))
+    assert blue[("Service", "SyslogIdentifier")] == "sglang-qwen"
+    green_unit = render("sglang.service.j2", _sglang_service_slot={"slot": "green", "unit": "sglang-qwen-green.service"})
+    green = lines(green_unit)
+    assert green[("Service", "SyslogIdentifier")] == "sglang-qwen-green"
+    assert green[("Unit", "Description")].endswith("(nextn, slot green)")
+    verify(green_unit, tmp_path)
 
 
 @pytest.mark.parametrize("path,error", [

@@ -195,7 +195,7 @@ class FakeHost:
         for i in range(1, len(parts) + 1):
             self.dirs.add("/" + "/".join(parts[:i]))
 
-    def gate(self, url: str, api_key_file: str | None, timeout: float, settle: float) -> dict:
+    def gate(self, url: str, api_key_file: str | None, timeout: float, settle: float, unit: str | None = None) -> dict:
         self._call("gate", url, api_key_file, timeout, settle)
         if self.gate_hook:
             self.gate_hook(self)
@@ -214,7 +214,7 @@ class FakeHost:
         return {"ready": False, "phase": "generation", "failure": "unit_failed", "cause": "cuda_oom", "elapsed": 12.0,
                 "server": None, "msg": f"{who or 'nothing'} does not serve on {url}: CUDA out of memory"}
 
-    def drain(self, url: str, api_key_file: str | None, timeout: float, interval: float) -> dict:
+    def drain(self, url: str, api_key_file: str | None, timeout: float, interval: float, unit: str | None = None) -> dict:
         self._call("drain", url, api_key_file, timeout, interval)
         if self.drain_error:
             raise HostError(self.drain_error)
@@ -222,7 +222,8 @@ class FakeHost:
                 "in_flight_at_start": 2, "in_flight_at_stop": 0, "running_at_stop": 0, "waiting_at_stop": 0,
                 "endpoint": "/v1/loads", "error": None, "msg": "drained in 0.5 s (2 request(s) in flight at the start)"}
 
-    def bench(self, url: str, api_key_file: str | None, load: dict, baseline: dict | None, thresholds: dict) -> dict:
+    def bench(self, url: str, api_key_file: str | None, load: dict, baseline: dict | None, thresholds: dict,
+              unit: str | None = None) -> dict:
         self._call("bench", url, baseline)
         figures = self.figures.get(self.serving) if url == self.urls.get(self.serving) else None
         if not figures:
@@ -350,9 +351,12 @@ def test_the_table_is_complete_and_every_state_is_reachable():
                 reached.add(target)
                 frontier.append(target)
     assert reached == set(State)
-    # a host failure in the switch proper always leads to the rollback
+    # a host failure in the switch proper always leads to the rollback; beside the live slot, to the candidate's
+    # abandon (before the cut-over) or to the traffic given back (after it)
     for state in _switch.RESCUED:
-        assert _switch.TRANSITIONS[(state, "failed")] == State.ROLLBACK_STOP
+        expected = {State.SLOT_COMMIT: State.SLOT_BACK}.get(state, State.SLOT_ABANDON if state.value.startswith("slot_")
+                                                               else State.ROLLBACK_STOP)
+        assert _switch.TRANSITIONS[(state, "failed")] == expected
 
 
 def test_refuses_bad_settings_and_stop_at_a_terminal_state():
@@ -655,7 +659,7 @@ def test_the_drain_and_the_out_hooks_result_are_recorded_and_the_in_hooks_amends
     host = ddtree_host
     drained = []
     real_drain = host.drain
-    host.drain = lambda *args: drained.append(real_drain(*args)) or drained[-1]
+    host.drain = lambda *args, **kw: drained.append(real_drain(*args, **kw)) or drained[-1]
     result = run(host, rotation={"out": dict(OUT_OK), "noise": {"ok": 1}})
     rec = result["record"]
     assert [c for c in host.calls if c[0] == "drain"] == [("drain", DDTREE_URL, CONFIG, 60.0, 1.0)]
@@ -720,7 +724,7 @@ def test_the_running_service_is_measured_after_its_drain_on_its_own_url_and_key(
     asked = []
     real_bench = host.bench
 
-    def bench(url, api_key_file, load, baseline, thresholds):
+    def bench(url, api_key_file, load, baseline, thresholds, unit=None):
         asked.append((url, api_key_file, load, baseline))
         return real_bench(url, api_key_file, load, baseline, thresholds)
 
@@ -900,7 +904,7 @@ def test_a_benchmark_that_cannot_run_on_the_variant_rolls_back_only_when_enforce
     host = ddtree_host
     real_bench = host.bench
 
-    def bench(url, api_key_file, load, baseline, thresholds):
+    def bench(url, api_key_file, load, baseline, thresholds, unit=None):
         if url == URL:  # the variant's, not the known-good's measurement
             host.calls.append(("bench", url, baseline))
             raise HostError("benchmark: api_key_file /etc/sglang/sglang-qwen.yaml: Permission denied")

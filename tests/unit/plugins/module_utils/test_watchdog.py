@@ -338,3 +338,16 @@ def test_main_refuses_bad_settings_with_a_clear_message(tmp_path, capsys):
     assert wd.main([str(path)]) == 2
     assert "failures must be a number >= 1" in capsys.readouterr().err
     assert wd.main([]) == 2
+
+
+def test_with_two_slots_the_watchdog_watches_and_restarts_the_live_one_current_json_names(tmp_path):
+    s = settings(tmp_path, failures=1)
+    (tmp_path / "current.json").write_text(json.dumps({
+        "variant": "ddtree", "slot": "green", "unit": "sglang-qwen-green.service",
+        "argv": ["--model-path", "/m", "--host", "127.0.0.1", "--port", "30011"]}))
+    host = Host()
+    gate = gate_returning(WEDGED)
+    assert one_run(s, host, gate)[0] == "restarted"
+    assert host.calls[0][-1] == "sglang-qwen-green.service"
+    assert ["systemctl", "restart", "sglang-qwen-green.service"] in host.calls
+    assert records(s)[0]["unit"] == "sglang-qwen-green.service"

@@ -182,8 +182,8 @@ def test_the_lock_reads_the_unit_the_record_the_marker_and_the_known_good(tmp_pa
     rc, result = run(capsys, lock_path, service=UNIT, inspect={"service_dir": str(state), "files": files})
     assert rc == 0 and result["acquired"], result
     assert result["before"] == {
-        "active": True, "loaded": True, "variant": "nextn", "argv": ARGV, "url": "http://127.0.0.1:30001",
-        "api_key_file": files[1]["src"], "interrupted": True,
+        "active": True, "loaded": True, "unit": UNIT, "slot": "blue", "variant": "nextn", "argv": ARGV,
+        "url": "http://127.0.0.1:30001", "api_key_file": files[1]["src"], "interrupted": True,
         "marker": {"variant": "shadow", "run_id": "dead", "state": "gate"},
         "known_good": True, "known_good_variant": "plain", "known_good_argv": ["--port", "30000"],
         "sglang_version": "0.5.11", "gpu_devices": [0, 1], "gate_timeout": 600, "known_good_gate_timeout": 1200}

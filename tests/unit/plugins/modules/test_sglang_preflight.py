@@ -247,3 +247,52 @@ def test_a_fleet_gateway_that_can_work_passes(ct129, capsys):
                                     gateway_control_key="fleet-key-hostile-secret"))
     assert rc == 0, result
     assert result["variant"]["url"] == "http://127.0.0.1:30000" and result["variant"]["gateway"] is None
+
+
+def live_slot(tmp_path, monkeypatch, active: bool, **current) -> str:
+    """A service directory whose current.json names the live slot, and a systemctl that says whether its unit runs."""
+    state = tmp_path / "state"
+    (state / "sglang-qwen").mkdir(parents=True)
+    doc = {"variant": "nextn", "params": {"x": 1}, "argv": ["--host", "127.0.0.1", "--port", "30010"],
+           "gpu_devices": [0, 2], **current}
+    (state / "sglang-qwen" / "current.json").write_text(json.dumps(doc))
+    bin_dir = tmp_path / "systemctl-bin"
+    bin_dir.mkdir()
+    (bin_dir / "systemctl").write_text(f"#!/bin/sh\necho ActiveState={'active' if active else 'inactive'}\n")
+    (bin_dir / "systemctl").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+    return str(state)
+
+
+def test_two_slots_put_a_candidate_beside_the_live_one_on_free_gpus_and_its_own_port(ct129, capsys, monkeypatch,
+                                                                                     tmp_path):
+    monkeypatch.setattr(_preflight._credentials, "problem", lambda run_command: None)
+    state = live_slot(tmp_path, monkeypatch, True)
+    gateway = {"server_port": 30010, "metrics_port": 29000}
+    rc, result = run(capsys, **args(ct129, name="nextn", state_dir=state, gpu_devices="3,4", gateway=gateway,
+                                    slots={"green_port": 30011}))
+    assert rc == 0, result
+    slot = result["variant"]["slot"]
+    assert (slot["mode"], slot["slot"], slot["unit"], slot["port"], slot["gpus"]) == (
+        "blue_green", "green", "sglang-qwen-green.service", 30011, [3, 4])
+    assert slot["live"]["unit"] == "sglang-qwen.service" and slot["live"]["url"] == "http://127.0.0.1:30010"
+    assert result["variant"]["url"] == "http://127.0.0.1:30011" and "30011" in result["variant"]["argv"]
+    assert result["settings"]["gpu_devices"] == [3, 4]
+    # the live slot's GPUs asked for: in place, in the live slot, on its port
+    rc, result = run(capsys, **args(ct129, name="nextn", state_dir=state, gpu_devices="0,2", gateway=gateway,
+                                    slots={"green_port": 30011}))
+    assert rc == 0 and result["variant"]["slot"]["mode"] == "in_place", result
+    assert result["variant"]["url"] == "http://127.0.0.1:30010" and "which the live slot blue uses" in \
+        result["variant"]["slot"]["why"]
+
+
+def test_two_slots_need_the_gateway_and_a_port_of_their_own_and_a_green_live_slot_needs_slots(ct129, capsys,
+                                                                                              monkeypatch, tmp_path):
+    rc, result = run(capsys, **args(ct129, name="nextn", slots={"green_port": 30011}))
+    assert rc == 1 and "need the host's own gateway" in result["msg"]
+    rc, result = run(capsys, **args(ct129, name="nextn", gateway={"server_port": 30010, "metrics_port": 29000},
+                                    slots={"green_port": 29000}))
+    assert rc == 1 and "the green slot's port 29000 is also gateway.metrics_port" in result["msg"]
+    state = live_slot(tmp_path, monkeypatch, True, slot="green", unit="sglang-qwen-green.service")
+    rc, result = run(capsys, **args(ct129, name="nextn", state_dir=state))
+    assert rc == 1 and "keep sglang_service_slots: true" in result["msg"]

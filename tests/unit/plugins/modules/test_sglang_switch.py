@@ -142,7 +142,7 @@ def script(monkeypatch) -> Script:
             s.calls.append(("gpu", tuple(gpus)))
             return [120 for dummy in gpus]
 
-        def gate(self, url, api_key_file, timeout, settle):
+        def gate(self, url, api_key_file, timeout, settle, unit=None):
             s.calls.append(("gate", url, timeout, settle))
             # the gate's last line, the key in it as a server might echo it (unmasked here)
             self.progress({"gate": f"[3.0s generation] {url} echoed {self.api_key}"})
@@ -156,7 +156,7 @@ def script(monkeypatch) -> Script:
                     "elapsed": 3.0, "server": None,
                     "msg": f"does not serve on {url}: CUDA out of memory (key {self.api_key})"}
 
-        def drain(self, url, api_key_file, timeout, interval):
+        def drain(self, url, api_key_file, timeout, interval, unit=None):
             s.calls.append(("drain", url))
             return {"drained": True, "timed_out": False, "seconds": 0.2, "timeout": timeout, "polls": 1,
                     "in_flight_at_start": 0, "in_flight_at_stop": 0, "running_at_stop": 0, "waiting_at_stop": 0,
