@@ -41,7 +41,8 @@ _NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 # name -> (type, help)
 FAMILIES = {
     "deploy_info": ("gauge", "The service's last recorded deploy (always 1): the variant asked for, the outcome and "
-                             "the variant serving after it (running; empty when nothing serves)."),
+                             "the variant serving after it (running; empty when nothing serves) and, with two slots, the slot it "
+                             "installed (slot; empty without)."),
     "deploy_timestamp_seconds": ("gauge", "When the last deploy was recorded, in seconds since the epoch."),
     "deploy_healthy": ("gauge", "1 when the last deploy left the service serving (switched, unchanged and serving, "
                                 "rolled back to the known-good service, a candidate refused beside the live slot); 0 when it did not "
@@ -117,7 +118,7 @@ def textfile(service: str, deploys: list[dict], watchdog: list[dict] | None = No
         verdict = last.get("verdict") or {}
         out.sample("deploy_info", dict(svc, variant=last.get("variant"), outcome=last.get("outcome"),
                                        running=last.get("running"), sglang_version=last.get("sglang_version"),
-                                       run_id=last.get("run_id")), 1)
+                                       run_id=last.get("run_id"), slot=(last.get("slot") or {}).get("slot") or ""), 1)
         stamp = epoch(last.get("time"))
         if stamp is not None:
             out.sample("deploy_timestamp_seconds", svc, stamp)

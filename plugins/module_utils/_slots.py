@@ -18,6 +18,8 @@ inputs); nothing here does I/O.
 
 from __future__ import annotations
 
+import urllib.parse
+
 from ansible_collections.inferops.sglang.plugins.module_utils._http import url_of
 
 SLOTS = ("blue", "green")
@@ -48,6 +50,13 @@ def port_of(slot: str, ports: dict) -> int:
     return int(ports[slot])
 
 
+def port_in(url: str | None) -> int | None:
+    try:
+        return urllib.parse.urlsplit(url or "").port
+    except ValueError:
+        return None
+
+
 def live_of(current: dict | None, service: str, active: bool) -> dict | None:
     """The live slot as current.json records it (None: nothing deployed): slot, unit, variant, URL,
     GPUs and whether its unit is active. A current.json written before slots is blue's."""
@@ -66,7 +75,8 @@ def decide(live: dict | None, params: dict | None, tp_size: int, pool: list[int]
            marker: dict | None = None) -> dict:
     """Where the candidate runs: ``mode`` blue_green (the free slot, beside the live one) or
     in_place (the live slot, or blue on a host's first deploy), ``slot``, ``unit``, ``port``,
-    ``gpus`` (None in place: the deploy's own), ``live`` (as ``live_of`` read it) and ``why``.
+    ``gpus`` (None in place: the deploy's own), ``live`` (as ``live_of`` read it), ``why`` and
+    ``service`` (the service's own unit, blue's: what its metrics and records are named by).
 
     ``pool``: the GPUs provisioning found usable (the host manifest's, in its order); ``given``:
     the GPUs the inventory named, if it did; ``busy``: MiB in use now per GPU (nvidia-smi);
@@ -82,12 +92,16 @@ def decide(live: dict | None, params: dict | None, tp_size: int, pool: list[int]
         # the live slot keeps its GPUs when they are as many as the TP size, else the deploy's own
         keep = live is not None and len(live["gpus"]) == tp_size and (given is None or sorted(given) == sorted(live["gpus"]))
         return {"mode": "in_place", "slot": slot, "unit": unit_of(service, slot), "port": port_of(slot, ports),
-                "gpus": list(live["gpus"]) if keep else None, "live": live, "why": why}
+                "gpus": list(live["gpus"]) if keep else None, "live": live, "why": why, "service": service}
 
     if live is None:
         return in_place("nothing is deployed yet: the first deploy starts the blue slot in place")
     if marker is not None and marker.get("mode") != "blue_green":
         return in_place(f"an interrupted in-place switch (state {marker.get('state')}) is repaired in place")
+    live_port = port_in(live["url"])
+    if live_port != ports[live["slot"]]:
+        return in_place(f"{live['variant']} listens on {live['url']}, not on slot {live['slot']}'s port "
+                        f"{ports[live['slot']]}: it moves there (behind the gateway) in place first")
     if not live["active"]:
         return in_place(f"the live slot {live['slot']} ({live['unit']}) is not running: "
                         "nothing serves that a candidate could run beside, so it is replaced in place")
@@ -98,7 +112,7 @@ def decide(live: dict | None, params: dict | None, tp_size: int, pool: list[int]
 
     def beside(gpus: list[int], why: str) -> dict:
         return {"mode": "blue_green", "slot": slot, "unit": unit_of(service, slot), "port": port_of(slot, ports),
-                "gpus": list(gpus), "live": live, "why": why}
+                "gpus": list(gpus), "live": live, "why": why, "service": service}
 
     if not check_gpus:
         devices = list(given if given is not None else live["gpus"])

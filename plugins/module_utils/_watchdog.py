@@ -244,7 +244,8 @@ class Watchdog:
         files.append_line(self.records, json.dumps(self._masked_value(record)))
         if self.s.get("textfile_dir"):
             try:
-                _deploy_metrics.refresh(self.s["service_dir"], self.s["unit"], self.s["textfile_dir"])
+                _deploy_metrics.refresh(self.s["service_dir"], self.s.get("service") or self.s["unit"],
+                                        self.s["textfile_dir"])
             except OSError as exc:
                 self.say("warning", f"{self.s['unit']}: the deploy state for node_exporter was not written: {exc}")
 
@@ -271,7 +272,7 @@ class Watchdog:
         current = files.read_json(os.path.join(self.s["service_dir"], "current.json")) or {}
         unit, url = current.get("unit"), url_of(current.get("argv"))
         if isinstance(unit, str) and unit and url:
-            self.s = dict(self.s, unit=unit, url=url)
+            self.s = dict(self.s, unit=unit, url=url, service=self.s.get("service") or self.s["unit"])
 
     def run(self) -> str:
         if os.path.isdir(self.s["service_dir"]):

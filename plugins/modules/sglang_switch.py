@@ -513,7 +513,9 @@ def main() -> None:
     textfile_changed = False
     if p["textfile_dir"] and result["record"] is not None:
         try:
-            textfile_changed = _deploy_metrics.refresh(p["service_dir"], p["service"], p["textfile_dir"])
+            # named by the service's own unit whichever slot is live
+            textfile_changed = _deploy_metrics.refresh(p["service_dir"], (p["slot"] or {}).get("service") or p["service"],
+                                                       p["textfile_dir"])
         except OSError as exc:
             module.warn(f"the deploy state for node_exporter was not written to {p['textfile_dir']}: {exc}")
     check = (result["record"] or {}).get("plan_check") or {}

@@ -48,7 +48,7 @@ def test_a_switch_then_a_rollback_read_as_the_last_outcome_and_counts():
     ]
     text = dm.textfile(SERVICE, records)
     assert value(text, "inferops_sglang_deploy_info", variant="balanced", outcome="rolled_back", running="nextn",
-                 sglang_version="0.5.11", run_id="r2") == 1
+                 sglang_version="0.5.11", run_id="r2", slot="") == 1
     assert value(text, "inferops_sglang_deploy_timestamp_seconds") == datetime(2026, 12, 3, 2, tzinfo=timezone.utc).timestamp()
     assert value(text, "inferops_sglang_deploy_healthy") == 1  # rolled back: the known-good serves
     assert value(text, "inferops_sglang_deploy_gate_ready") == 0
@@ -85,7 +85,7 @@ def test_a_failed_rollback_is_not_healthy_and_nothing_serves():
     assert value(text, "inferops_sglang_deploy_healthy") == 0
     assert value(text, "inferops_sglang_rollbacks_total") == 1
     assert value(text, "inferops_sglang_deploy_info", variant="balanced", outcome="rollback_failed", running="",
-                 sglang_version="0.5.11", run_id="r") == 1
+                 sglang_version="0.5.11", run_id="r", slot="") == 1
 
 
 def test_watchdog_events_are_counted_by_event():
@@ -215,3 +215,13 @@ def test_state_files_read_what_parses_and_replace_only_on_change(tmp_path):
     assert files.replace(target, "one", 0o600) is False
     assert files.replace(target, "one", 0o644) is True  # the mode alone differs
     assert stat.S_IMODE(os.stat(target).st_mode) == 0o644
+
+
+def test_a_candidate_refused_beside_the_live_slot_is_healthy_and_says_its_slot():
+    refused = dict(deploy("refused", "balanced", "2026-12-03T02:00:00Z", ready=False, failure="unit_failed",
+                          cause="cuda_library"), running="nextn", slot={"mode": "blue_green", "slot": "green"})
+    text = dm.textfile(SERVICE, [refused])
+    assert value(text, "inferops_sglang_deploy_info", variant="balanced", outcome="refused", running="nextn",
+                 sglang_version="0.5.11", run_id=refused["run_id"], slot="green") == 1
+    assert value(text, "inferops_sglang_deploy_healthy") == 1 and value(text, "inferops_sglang_rollbacks_total") == 0
+    assert value(text, "inferops_sglang_deploys_total", outcome="refused") == 1

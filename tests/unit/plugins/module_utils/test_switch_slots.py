@@ -349,6 +349,9 @@ def test_decide_free_gpus_busy_gpus_given_gpus_and_hosts_without_gpus():
     assert (first["mode"], first["slot"], first["unit"]) == ("in_place", "blue", SERVICE)
     down = _slots.decide(dict(live, active=False), {"a": 2}, 2, pool, None, {}, 1024, True, SERVICE, PORTS)
     assert down["mode"] == "in_place" and "not running" in down["why"]
+    migrating = _slots.decide(dict(live, url="http://0.0.0.0:30000"), {"a": 2}, 2, pool, None, {}, 1024, True,
+                              SERVICE, PORTS)
+    assert migrating["mode"] == "in_place" and "moves there (behind the gateway) in place first" in migrating["why"]
     repair = _slots.decide(live, {"a": 2}, 2, pool, None, {}, 1024, True, SERVICE, PORTS, {"state": "gate"})
     assert repair["mode"] == "in_place" and "interrupted in-place switch" in repair["why"]
     green_live = _slots.live_of({"variant": "x", "slot": "green", "argv": ["--port", "30011"], "gpu_devices": [3, 4]},
@@ -381,3 +384,26 @@ def test_a_recovery_cut_short_itself_is_recovered_by_the_next_run():
     assert result["record"]["slot"]["recovered"]["state"] == "soak"
     assert json.loads(host.files[CURRENT])["slot"] == "green" and host.workers == [url("green")]
     assert not host.units[SERVICE]["active"] and all(host.routed_log)
+
+
+def test_the_gateway_down_refuses_the_candidate_before_it_starts_and_leaves_the_live_slot_alone():
+    host = live_host(variant("nextn", "blue"))
+    host.fail["gateway_out"] = "cannot reach the gateway at http://127.0.0.1:30000: connection refused"
+    result = run(host, "ddtree")
+    assert result["outcome"] == "refused" and "connection refused" in result["record"]["verdict"]["msg"]
+    assert not [c for c in host.calls if c[0] in ("start", "copy") or (c[0] == "stop" and c[1] == SERVICE)]
+    assert host.units[SERVICE]["active"] and host.workers == [url("blue")]
+
+
+def test_check_mode_says_a_blue_green_switch_would_run_and_changes_nothing():
+    host = live_host(variant("nextn", "blue"))
+    decision = preflight(host, "ddtree", {"x": 1})
+    v = variant("ddtree", "green")
+    settings = _switch.Settings(service=GREEN, service_dir=SDIR, files=files(GREEN), staging=f"{SDIR}/staging/r",
+                                baseline_staging=f"{SDIR}/staging/r/baseline", variant=v, baseline=v, url=url("green"),
+                                run_id="r", gpus=[3, 4], gateway=GATEWAY, slot=dict(decision, soak=0),
+                                changed_files=[GREEN])
+    plan = _switch.Switch(settings, host).plan()
+    assert plan["switch"] and plan["would"][:3] == ["decide", "slot_tidy", "slot_install"]
+    assert plan["would"][-1] == "switched" and "cutover" in plan["would"] and "retire" in plan["would"]
+    assert not [c for c in host.calls if c[0] != "gate"]
