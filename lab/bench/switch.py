@@ -171,7 +171,8 @@ def run_switch(root: Path, gateway: GatewayProcess, control_file: Path, host: Pr
         variant=dict(target, argv=argv(target)), baseline=dict(baseline, argv=argv(baseline)), url=url, run_id=run_id,
         gpus=gpus, check_gpus=False, gate_settle=1,
         gateway={"url": gateway.url, "control_key_file": str(control_file), "workers_file": str(sdir / "workers.json"),
-                 "timeout": 60}, slot=dict(decision, soak=SOAK))
+                 "metrics_url": f"http://127.0.0.1:{gateway.metrics}/metrics", "timeout": 60},
+        slot=dict(decision, soak=SOAK))
     return _switch.Switch(settings, host).run()
 
 
@@ -285,12 +286,14 @@ def main() -> int:
                        outcome=result["outcome"], switch_s=round(ended - started, 2),
                        slot=(record.get("slot") or {}).get("slot"), mode=(record.get("slot") or {}).get("mode"),
                        unavailable_s=(record.get("gateway") or {}).get("unavailable_s"),
+                       record_requests=(record.get("gateway") or {}).get("requests"),
                        variant_gate_s=verdict.get("elapsed"),
                        rollback_gate_s=(record.get("rollback") or {}).get("elapsed"))
             results.append(out)
             print(f"{name} ({options.server}, slot {out['slot']}): {out['outcome']} in {out['switch_s']} s; {out['requests']} requests, "
                   f"{out['failed']} failed; {out['streams']} streams, {out['failed_streams']} refused, {out['cut_streams']} cut; longest gap with no "
-                  f"answer {out['longest_gap_s']} s; the record's unavailable_s {out['unavailable_s']}; the variant's "
+                  f"answer {out['longest_gap_s']} s; the record's unavailable_s {out['unavailable_s']}, requests "
+                  f"{out['record_requests']}; the variant's "
                   f"gate {out['variant_gate_s']} s, the restored one's {out['rollback_gate_s']} s", flush=True)
     finally:
         host.stop_all()

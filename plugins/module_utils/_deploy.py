@@ -61,9 +61,10 @@ RECORD_KEYS = ("time", "host", "service", "run_id", "variant", "from", "params",
 DRAIN_KEYS = ("drained", "timed_out", "seconds", "timeout", "in_flight_at_start", "in_flight_at_stop",
               "running_at_stop", "waiting_at_stop", "endpoint", "error", "msg")
 # What the record keeps of the gateway's part: its URL, the server's worker URL, the answers of taking
-# the old server out and putting the new one in (and, after a rollback, the restored one), and the
-# seconds clients had no server behind the gateway
-GATEWAY_KEYS = ("url", "worker", "out", "in", "unavailable_s", "error")
+# the old server out and putting the new one in (and, after a rollback, the restored one), the
+# seconds clients had no server behind the gateway, and the clients' requests it answered meanwhile
+# (answered, failed: from its own metrics)
+GATEWAY_KEYS = ("url", "worker", "out", "in", "unavailable_s", "requests", "error")
 VERDICT_KEYS = ("ready", "phase", "failure", "cause", "cause_line", "evidence", "elapsed", "since_start", "stage",
                 "generation", "server", "msg")
 PLAN_KEYS = ("fits", "binding", "reason", "mem_fraction_static", "mem_fraction_static_range", "max_total_tokens",
@@ -312,6 +313,10 @@ def _rotation_note(rec: dict) -> str:
     elif gateway.get("unavailable_s") is not None:
         notes.append(f"Clients of the gateway at {gateway.get('url')} had no server for {gateway['unavailable_s']:g} s "
                      f"(the switch was in place{': ' + _sentence(slot['why']) if slot.get('why') else ''}).")
+    requests = gateway.get("requests") or {}
+    if requests:
+        notes.append(f"Through the gateway during the switch: {requests.get('answered')} client requests answered, "
+                     f"{requests.get('failed')} failed (a server error, or no server to route to).")
     if gateway.get("error"):
         notes.append(_sentence(gateway["error"]))
     rotation = rec.get("rotation") or {}

@@ -57,6 +57,9 @@ FAMILIES = {
     "perf_figure": ("gauge", "The newest performance gate measurement of the service: one series per figure "
                              "(output_tokens_per_s, ttft_p50 and ttft_p95 in seconds, tpot_p50, itl_p50, accept_length)."),
     "perf_timestamp_seconds": ("gauge", "When the newest performance measurement was recorded, in seconds since the epoch."),
+    "deploy_gateway_requests": ("gauge", "Behind the host's gateway: the clients' requests the gateway answered while "
+                                         "the last deploy that counted them switched, by result (answered, failed: "
+                                         "a server error or no server to route to)."),
     "deploy_unavailable_seconds": ("gauge", "Behind the host's gateway: how long the last deploy that took the server "
                                             "out of it left clients without a server (from the removal to the gateway "
                                             "routing to the variant or the restored service)."),
@@ -143,6 +146,12 @@ def textfile(service: str, deploys: list[dict], watchdog: list[dict] | None = No
             stamp = epoch(newest.get("time"))
             if stamp is not None:
                 out.sample("perf_timestamp_seconds", dict(svc, variant=newest.get("variant")), stamp)
+    counted = [r["gateway"]["requests"] for r in deploys if isinstance(r.get("gateway"), dict)
+               and isinstance(r["gateway"].get("requests"), dict)]
+    if counted:
+        for result in ("answered", "failed"):
+            if isinstance(counted[-1].get(result), int):
+                out.sample("deploy_gateway_requests", dict(svc, result=result), counted[-1][result])
     outages = [r["gateway"]["unavailable_s"] for r in deploys if isinstance(r.get("gateway"), dict)
                and isinstance(r["gateway"].get("unavailable_s"), (int, float))]
     if outages:
@@ -185,6 +194,31 @@ def refresh(service_dir: str, service: str, directory: str) -> bool:
         return True
     finally:
         os.close(fd)
+
+
+# The gateway's own response counter (smg 1.13.0 /metrics: by path, status_code and error_code, counted once
+# a response has gone out in full) and what in it is a client that got no answer: a server error, or no
+# worker to route to (smg answers 404 model_not_found and counts router error no_workers, read off it here
+# with no worker registered). Its own endpoints (health, the worker API) are not clients' requests.
+GATEWAY_RESPONSES = "smg_http_responses_total"
+GATEWAY_OWN = ("/readiness", "/liveness", "/health", "/metrics", "/workers")
+GATEWAY_NO_SERVER = ("model_not_found", "no_workers")
+
+
+def gateway_responses(text: str) -> dict:
+    """The clients' responses a gateway's /metrics has counted so far: answered, and failed (5xx, or no
+    server to route to). ValueError on text that is not an exposition."""
+    answered = failed = 0.0
+    for family in parse(text).values():
+        for name, labels, value in family["samples"]:
+            path = labels.get("path") or ""
+            if name != GATEWAY_RESPONSES or path.startswith(GATEWAY_OWN):
+                continue
+            answered += value
+            status = labels.get("status_code") or ""
+            if (status.isdigit() and int(status) >= 500) or labels.get("error_code") in GATEWAY_NO_SERVER:
+                failed += value
+    return {"answered": int(answered), "failed": int(failed)}
 
 
 def parse(text: str) -> dict[str, dict]:

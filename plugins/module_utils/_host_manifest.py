@@ -304,11 +304,15 @@ def _unset(value) -> bool:
     return value is None or value == "" or value == []
 
 
+def usable_gpus(manifest: dict | None) -> list[int]:
+    """Every GPU provisioning found usable, in the manifest's order (a second slot may take any of them)."""
+    return [g.get("index") for g in ((manifest or {}).get("gpus") or {}).get("usable") or []]
+
+
 def gpu_pool(manifest: dict | None) -> list[int]:
     """The GPUs a deploy may take, in order: the manifest's selected ones that are usable, else every usable one."""
-    gpus = (manifest or {}).get("gpus") or {}
-    usable = [g.get("index") for g in gpus.get("usable") or []]
-    return [i for i in (gpus.get("selected") or usable) if i in usable] or usable
+    usable = usable_gpus(manifest)
+    return [i for i in (((manifest or {}).get("gpus") or {}).get("selected") or usable) if i in usable] or usable
 
 
 def settings(manifest: dict | None, tp_size=None, gpu_devices=None, python=None, environment: dict | None = None,

@@ -388,7 +388,7 @@ def slot_decision(p: dict, host: dict, run_command) -> dict | None:
     except variants_mod.VariantError:
         params = None  # the variant's own check says what is wrong
     marker = _state_files.read_json(os.path.join(p["state_dir"], base, "switch.json"))
-    return _slots.decide(live, params, int(settings["tp_size"] or 0), hm.gpu_pool(host.get("manifest")), given, busy,
+    return _slots.decide(live, params, int(settings["tp_size"] or 0), hm.usable_gpus(host.get("manifest")), given, busy,
                          threshold, bool(p["check_gpus"]), service, ports, marker)
 
 
@@ -491,6 +491,7 @@ def variant(p: dict, run_command) -> dict:
     if p.get("gateway"):
         gateway = dict(url=_deploy.url_of(["--host", p["bind_host"], "--port", str(p["port"])]),
                        bind_host=p["bind_host"], port=p["port"], metrics_port=p["gateway"]["metrics_port"],
+                       metrics_url=f"http://127.0.0.1:{p['gateway']['metrics_port']}/metrics",
                        server_port=server_port, privileged_port=p["port"] < start)
     return dict(result, sglang_version=host["version_text"], max_position_embeddings=host["max_position_embeddings"],
                 url=url, baseline=baseline, privileged_port=privileged, gateway=gateway, slot=p.get("slot"))

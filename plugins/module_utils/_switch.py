@@ -47,6 +47,7 @@ from typing import Callable, Protocol
 from ansible_collections.inferops.sglang.plugins.module_utils import _bench
 from ansible_collections.inferops.sglang.plugins.module_utils import _credentials
 from ansible_collections.inferops.sglang.plugins.module_utils import _deploy
+from ansible_collections.inferops.sglang.plugins.module_utils import _deploy_metrics
 from ansible_collections.inferops.sglang.plugins.module_utils import _drain
 from ansible_collections.inferops.sglang.plugins.module_utils import _gateway
 from ansible_collections.inferops.sglang.plugins.module_utils import _gpu
@@ -275,6 +276,8 @@ class Host(Protocol):
     # or put in and routed to ({"seconds"}); HostError with the gateway's answer
     def gateway_out(self, gateway: dict, worker: str) -> dict: ...
     def gateway_in(self, gateway: dict, worker: str, api_key_file: str | None) -> dict: ...
+    # the clients' responses the gateway has counted (its metrics_url): {"answered", "failed"}; HostError when unreadable
+    def gateway_responses(self, gateway: dict) -> dict: ...
     def clock(self) -> float: ...                           # monotonic seconds: waits
     def time(self) -> float: ...                            # epoch seconds: stamps
     def sleep(self, seconds: float) -> None: ...
@@ -476,6 +479,7 @@ class Switch:
         self.cut_over = False
         self.back_ok: bool | None = None
         self.recovered: dict | None = None
+        self.responses_before: dict | None = None
         self.fields: dict | None = None
         self.record: dict | None = None
         self.summary: str | None = None
@@ -716,7 +720,8 @@ class Switch:
     def step_inspect(self) -> str:
         """The service as it is (``inspect``)."""
         s = self.s
-        self.before = inspect(self.host, s.service, s.service_dir, s.files)
+        # the service's own unit (blue's), which a current.json without one names: not the candidate's slot
+        self.before = inspect(self.host, (s.slot or {}).get("service") or s.service, s.service_dir, s.files)
         ddtree = self._json(s.ddtree_manifest) if s.ddtree_manifest else None
         self.ddtree_build = ddtree or {}
         marker = self.before.get("marker") or {}
@@ -756,7 +761,30 @@ class Switch:
 
     def step_decide(self) -> str:
         self.decision = self._decide()
+        if self.decision in ("switch", "beside"):
+            self.responses_before = self._responses()
         return self.decision
+
+    def _responses(self) -> dict | None:
+        """The clients' responses the host's gateway has counted so far (None: no gateway metrics, or unread)."""
+        g = self.s.gateway or {}
+        if not g.get("metrics_url"):
+            return None
+        try:
+            return dict(self.host.gateway_responses(g))
+        except HostError as exc:
+            self.gateway_warning = self.gateway_warning or f"the gateway's metrics were not read: {exc}"
+            return None
+
+    def _count_responses(self) -> None:
+        """What the clients' requests through the gateway came to while this run switched."""
+        before, after = self.responses_before, self._responses() if self.responses_before else None
+        if before and after:
+            # a candidate refused before the gateway heard of it: its clients are counted too
+            self.gateway_log = self.gateway_log or {"url": self.s.gateway["url"], "worker": self._worker_of(self.s.url)}
+            # a gateway restarted meanwhile starts its counters again: then what it counted since
+            restarted = after["answered"] < before["answered"]
+            self.gateway_log["requests"] = {k: after[k] - (0 if restarted else before[k]) for k in ("answered", "failed")}
 
     def _decide(self) -> str:
         if self.s.slot:
@@ -1082,6 +1110,7 @@ class Switch:
         else:
             outcome = _deploy.outcome(self.committed, bool((self.rollback_gate or {}).get("ready")))
         self.outcome = outcome
+        self._count_responses()
         self.fields = self._fields(outcome)
         self.record = _deploy.record(self.fields)
         self.summary = _deploy.summary_text(self.record, self.s.service_dir)
@@ -1390,7 +1419,10 @@ def inspect(host: Host, service: str, service_dir: str, files: list[dict]) -> di
     unit_name = (current or {}).get("unit") if isinstance((current or {}).get("unit"), str) else service
     unit = host.unit_state(unit_name)
     marker_path = posixpath.join(service_dir, MARKER)
-    known_good = bool(files) and host.exists(posixpath.join(service_dir, "known-good", files[0]["name"]))
+    # the known-good copy of the live service: its unit file under the name this run installs, or (two slots)
+    # under the live slot's unit name
+    names = {files[0]["name"], unit_name} if files else set()
+    known_good = any(host.exists(posixpath.join(service_dir, "known-good", n)) for n in names)
     known_record = _read_json(host, posixpath.join(service_dir, "known-good", CURRENT))
     config = [f["src"] for f in files if f["src"].endswith((".yaml", ".yml")) and host.exists(f["src"])]
     return {
@@ -1674,6 +1706,19 @@ class SystemHost:
             return {"removed": True, "seconds": round(self.clock() - started, 2)}
         except _gateway.GatewayError as exc:
             raise HostError(str(exc)) from None
+
+    def gateway_responses(self, gateway: dict) -> dict:
+        try:
+            client = _http.Client(gateway["metrics_url"], None, True, 10.0)
+        except ValueError as exc:
+            raise HostError(f"the gateway's metrics at {gateway['metrics_url']}: {exc}") from None
+        answer = client.call("GET", "", text=True)
+        if answer.kind != "ok" or not isinstance(answer.body, str):
+            raise HostError(f"the gateway's metrics at {gateway['metrics_url']}: {answer.describe()}")
+        try:
+            return _deploy_metrics.gateway_responses(answer.body)
+        except ValueError as exc:
+            raise HostError(f"the gateway's metrics at {gateway['metrics_url']}: {exc}") from None
 
     def gateway_in(self, gateway: dict, worker: str, api_key_file: str | None) -> dict:
         gw, timeout = self._gateway(gateway)

@@ -227,6 +227,11 @@ options:
           - The host's own gateway, the live workers' file, rewritten with the server's URL once the gateway routes to
             it; the gateway's unit is handed it, so a restarted gateway routes again.
         type: path
+      metrics_url:
+        description:
+          - The host's own gateway, its Prometheus endpoint (loopback); read before and after the switch, the record's
+            C(gateway.requests) says how many clients' requests it answered meanwhile and how many failed.
+        type: str
       control_key:
         description: A gateway on another host, its control-plane key (masked in every result).
         type: str
@@ -472,6 +477,7 @@ def main() -> None:
                 url=dict(type="str", required=True),
                 control_key_file=dict(type="path", no_log=False),
                 workers_file=dict(type="path"),
+                metrics_url=dict(type="str"),
                 control_key=dict(type="str", no_log=True),
                 worker_url=dict(type="str"),
                 timeout=dict(type="float", default=60),

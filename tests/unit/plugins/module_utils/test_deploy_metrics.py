@@ -225,3 +225,32 @@ def test_a_candidate_refused_beside_the_live_slot_is_healthy_and_says_its_slot()
                  sglang_version="0.5.11", run_id=refused["run_id"], slot="green") == 1
     assert value(text, "inferops_sglang_deploy_healthy") == 1 and value(text, "inferops_sglang_rollbacks_total") == 0
     assert value(text, "inferops_sglang_deploys_total", outcome="refused") == 1
+
+
+# smg 1.13.0's /metrics, as it answered here after three /generate with no worker registered and one
+# /readiness (the lines of the two families the switch reads, HELP shortened)
+SMG_METRICS = """# HELP smg_http_responses_total Total HTTP responses by path, status_code and error_code
+# TYPE smg_http_responses_total counter
+smg_http_responses_total{path="/generate",status_code="404",error_code="model_not_found"} 3
+smg_http_responses_total{path="/readiness",status_code="503",error_code=""} 1
+# HELP smg_http_requests_total Total HTTP requests by method and path
+# TYPE smg_http_requests_total counter
+smg_http_requests_total{method="GET",path="/readiness"} 1
+smg_http_requests_total{method="POST",path="/generate"} 3
+"""
+
+
+def test_the_gateways_own_counters_give_the_clients_answered_and_failed_requests():
+    assert dm.gateway_responses(SMG_METRICS) == {"answered": 3, "failed": 3}
+    served = SMG_METRICS + ('smg_http_responses_total{path="/generate",status_code="200",error_code=""} 40\n'
+                            'smg_http_responses_total{path="/v1/chat/completions",status_code="502",error_code=""} 2\n'
+                            'smg_http_responses_total{path="/v1/chat/completions",status_code="401",error_code=""} 5\n'
+                            'smg_http_responses_total{path="/workers",status_code="202",error_code=""} 2\n')
+    # a client's bad key (401) was answered, not failed; the worker API is not a client's
+    assert dm.gateway_responses(served) == {"answered": 50, "failed": 5}
+    with pytest.raises(ValueError):
+        dm.gateway_responses("not an exposition {")
+    text = dm.textfile(SERVICE, [dict(deploy("switched", "nextn", "2026-12-03T02:00:00Z"),
+                                      gateway={"unavailable_s": 0.0, "requests": {"answered": 50, "failed": 0}})])
+    assert value(text, "inferops_sglang_deploy_gateway_requests", result="answered") == 50
+    assert value(text, "inferops_sglang_deploy_gateway_requests", result="failed") == 0

@@ -330,4 +330,7 @@ def test_the_switchs_host_takes_a_server_out_and_puts_it_back_on_the_same_url_at
     back = host.gateway_in(settings, url, None)
     assert back["added"] is True and gw.find(url)["status"] == "ready"
     assert back["seconds"] < 5 and through_gateway(process.port, 4)["status"] == 200
+    # the gateway's own counters, as the switch reads them: the request while it had no server failed, the one after it not
+    counted = host.gateway_responses({"metrics_url": f"http://127.0.0.1:{process.metrics}/metrics"})
+    assert counted == {"answered": 2, "failed": 1}
     assert host.gateway_out(settings, "http://127.0.0.1:1") == {"removed": False, "seconds": 0.0}

@@ -21,7 +21,7 @@ MARKER = f"{SDIR}/switch.json"
 WORKERS = f"{SDIR}/gateway-workers.json"
 PORTS = {"blue": 30010, "green": 30011}
 GATEWAY = {"url": "http://127.0.0.1:30000", "control_key_file": "/etc/sglang/sglang-qwen.gateway-key",
-           "workers_file": WORKERS, "timeout": 60}
+           "workers_file": WORKERS, "timeout": 60, "metrics_url": "http://127.0.0.1:29000/metrics"}
 WALL0 = 1750000000.0
 
 
@@ -57,6 +57,9 @@ class SlotsHost:
         self.die_at_gate: int | None = None   # the candidate's unit dies at this gate call
         self.gates = 0
         self.mono, self.wall = 1000.0, WALL0
+        # clients: one request per second of the clock through the gateway, failed while nothing is routed
+        self.answered = self.failed = 0
+        self.counted_until = self.mono
 
     # state
     def serving_at(self, worker: str) -> str | None:
@@ -170,8 +173,21 @@ class SlotsHost:
         return self.wall
 
     def sleep(self, seconds: float) -> None:
+        self._clients()
         self.mono += seconds
         self.wall += seconds
+        self._clients(routed=bool(self.routed()))
+
+    def _clients(self, routed: bool | None = None) -> None:
+        seconds = int(self.mono - self.counted_until)
+        if seconds > 0:
+            self.answered += seconds
+            self.failed += 0 if (routed if routed is not None else bool(self.routed())) else seconds
+            self.counted_until += seconds
+
+    def gateway_responses(self, gateway: dict) -> dict:
+        self._clients()
+        return {"answered": self.answered, "failed": self.failed}
 
     def progress(self, event: dict) -> None:
         pass
@@ -231,6 +247,7 @@ def test_blue_green_routes_the_candidate_before_the_live_slot_leaves_and_retires
     assert rec["slot"]["mode"] == "blue_green" and rec["slot"]["slot"] == "green"
     assert rec["slot"]["gpus"] == [3, 4] and rec["slot"]["retired"] == SERVICE
     assert rec["gateway"]["unavailable_s"] == 0.0
+    assert rec["gateway"]["requests"]["answered"] >= 30 and rec["gateway"]["requests"]["failed"] == 0
     # the gateway had a ready server after every call, the candidate in before the live slot out
     assert all(host.routed_log)
     ops = [c for c in host.calls if c[0] in ("gateway_in", "gateway_out", "stop", "start")]
@@ -407,3 +424,23 @@ def test_check_mode_says_a_blue_green_switch_would_run_and_changes_nothing():
     assert plan["switch"] and plan["would"][:3] == ["decide", "slot_tidy", "slot_install"]
     assert plan["would"][-1] == "switched" and "cutover" in plan["would"] and "retire" in plan["would"]
     assert not [c for c in host.calls if c[0] != "gate"]
+
+
+def test_a_live_service_deployed_before_slots_is_blue_and_a_candidate_runs_beside_it():
+    host = live_host(variant("nextn", "blue"))
+    doc = json.loads(host.files[CURRENT])
+    del doc["slot"], doc["unit"]
+    host.files[CURRENT] = json.dumps(doc).encode()   # as a switch without slots wrote it
+    host.files[f"{SDIR}/known-good/{SERVICE}"] = b"the known-good unit"
+    result = run(host, "ddtree")
+    assert result["outcome"] == "switched" and result["record"]["slot"]["live"]["unit"] == SERVICE
+    assert result["before"]["unit"] == SERVICE and result["before"]["known_good"]
+    assert json.loads(host.files[CURRENT])["unit"] == GREEN and not host.units[SERVICE]["active"]
+
+
+def test_a_refused_candidate_says_what_the_gateways_clients_got_meanwhile():
+    host = live_host(variant("nextn", "blue"))
+    host.healthy = {"nextn"}
+    rec = run(host, "ddtree")["record"]
+    assert rec["outcome"] == "refused" and rec["gateway"]["requests"]["failed"] == 0
+    assert rec["gateway"]["requests"]["answered"] >= 3  # the candidate's failed gate took 3 s of the clock

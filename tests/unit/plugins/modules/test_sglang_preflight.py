@@ -201,7 +201,8 @@ def test_behind_the_gateway_the_server_moves_to_loopback_and_the_gateway_takes_t
     argv = variant["argv"]
     assert argv[argv.index("--host") + 1] == "127.0.0.1" and argv[argv.index("--port") + 1] == "30010"
     assert variant["gateway"] == {"url": "http://127.0.0.1:30000", "bind_host": "0.0.0.0", "port": 30000,
-                                  "metrics_port": 29000, "server_port": 30010, "privileged_port": False}
+                                  "metrics_port": 29000, "metrics_url": "http://127.0.0.1:29000/metrics",
+                                  "server_port": 30010, "privileged_port": False}
     rc, result = run(capsys, **args(ct129))
     assert result["variant"]["gateway"] is None and result["variant"]["url"] == "http://127.0.0.1:30000"
 
