@@ -385,7 +385,14 @@ def summary_row(rec: dict) -> tuple[str, str, str, str, str]:
     verdict_ = rec.get("verdict") or {}
     name = rec.get("outcome")
     label = OUTCOMES.get(name, str(name))
-    return (label, str(rec.get("running") or "nothing healthy"),
+    running_now = str(rec.get("running") or "nothing healthy")
+    slot = rec.get("slot") or {}
+    if rec.get("running") and slot.get("slot"):
+        # two slots: the one that serves now (after a refused or given-back candidate, the live slot it ran beside)
+        kept = slot.get("mode") == "blue_green" and name in ("refused", "rolled_back")
+        serving = (slot.get("live") or {}).get("slot") if kept else slot["slot"]
+        running_now = f"{running_now} (slot {serving})" if serving else running_now
+    return (label, running_now,
             "ready" if verdict_.get("ready") else str(verdict_.get("failure") or "-"), perf_cell(rec),
             str(verdict_.get("cause") or "-"))
 

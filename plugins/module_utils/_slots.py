@@ -124,7 +124,7 @@ def decide(live: dict | None, params: dict | None, tp_size: int, pool: list[int]
         # so the GPUs of either of its slots that are not the live one's are free for this decision
         leftover = {g for g in [*(marker.get("gpus") or []), *(marker.get("live_gpus") or [])] if isinstance(g, int)}
         busy = {g: 0 if g in leftover else mib for g, mib in busy.items()}
-    candidates = [g for g in (given if given is not None else pool)]
+    candidates = list(given if given is not None else pool)
     overlap = [g for g in candidates if g in held]
     if given is not None and overlap:
         return in_place(f"the GPUs given (sglang_service_gpu_devices {given}) include {overlap}, which the live slot "

@@ -278,7 +278,10 @@ EXAMPLES = r"""
 
 RETURN = r"""
 outcome:
-  description: V(unchanged), V(switched), V(rolled_back), V(rollback_failed), V(failed_before_switching) (the drain failed; nothing changed) or V(refused) (blue/green, before the cut-over; the live slot untouched).
+  description:
+    - V(unchanged), V(switched), V(rolled_back), V(rollback_failed), V(failed_before_switching) (the drain failed, or the
+      live slot moved since the preflight; nothing changed) or V(refused) (blue/green, before the cut-over; the live
+      slot untouched).
   returned: not check mode
   type: str
 record:

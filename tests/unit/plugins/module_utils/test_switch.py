@@ -354,8 +354,8 @@ def test_the_table_is_complete_and_every_state_is_reachable():
     # a host failure in the switch proper always leads to the rollback; beside the live slot, to the candidate's
     # abandon (before the cut-over) or to the traffic given back (after it)
     for state in _switch.RESCUED:
-        expected = {State.SLOT_COMMIT: State.SLOT_BACK}.get(state, State.SLOT_ABANDON if state.value.startswith("slot_")
-                                                               else State.ROLLBACK_STOP)
+        beside = State.SLOT_ABANDON if state.value.startswith("slot_") else State.ROLLBACK_STOP
+        expected = {State.SLOT_COMMIT: State.SLOT_BACK}.get(state, beside)
         assert _switch.TRANSITIONS[(state, "failed")] == expected
 
 

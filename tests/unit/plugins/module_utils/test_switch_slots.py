@@ -264,6 +264,7 @@ def test_blue_green_routes_the_candidate_before_the_live_slot_leaves_and_retires
     assert MARKER not in host.files
     assert f"{SDIR}/known-good/{GREEN}" in host.files and f"{SDIR}/known-good/{SERVICE}" not in host.files
     assert "Blue/green: slot green took the traffic from slot blue (nextn)" in result["summary"]
+    assert _deploy.summary_row(rec)[:2] == ("switched", "ddtree (slot green)")
 
 
 def test_a_candidate_that_fails_its_gate_is_refused_and_the_live_slot_is_never_touched():
@@ -278,7 +279,7 @@ def test_a_candidate_that_fails_its_gate_is_refused_and_the_live_slot_is_never_t
     assert not host.units[GREEN]["active"] and not host.units[GREEN]["enabled"]
     assert json.loads(host.files[CURRENT])["unit"] == SERVICE and MARKER not in host.files
     assert "REFUSED beside the live service; nextn serves, untouched" in result["summary"]
-    assert _deploy.summary_row(rec)[:2] == ("refused, live untouched", "nextn")
+    assert _deploy.summary_row(rec)[:2] == ("refused, live untouched", "nextn (slot blue)")
 
 
 def test_a_candidate_the_gateway_does_not_route_is_taken_out_again_and_refused():
