@@ -964,11 +964,15 @@ class Switch:
                 if item["name"] == CURRENT and not self.before.get("variant"):
                     continue
                 self.host.copy(item["src"], self._path("known-good", item["name"]), 0o600)
+        self._keep_attempt()
+        return "saved"
+
+    def _keep_attempt(self) -> None:
+        """This attempt's staged files in attempts/<attempt>/, whatever comes of it."""
         attempt = self._path("attempts", self.attempt)
         self.host.makedirs(attempt, 0o700)
         for item in self._staged():
             self.host.copy(posixpath.join(self.s.staging, item["name"]), posixpath.join(attempt, item["name"]), 0o600)
-        return "saved"
 
     def step_stop(self) -> str:
         if not self.before.get("loaded"):
@@ -994,6 +998,10 @@ class Switch:
         return "started"
 
     def step_gate(self) -> str:
+        return self._variant_gate(State.GATE)
+
+    def _variant_gate(self, state: State) -> str:
+        """The readiness gate on the variant, as its own unit runs it; ``state`` fails when it is not ready."""
         v = self.s.variant
         self.gate_result = self._gate(self.s.url, self._config_file(), self._gate_timeout(v), self.s.gate_settle,
                                       unit=self.s.service)
@@ -1004,7 +1012,7 @@ class Switch:
         else:
             # a gate that could not run has no failure of its own: its msg is the reason
             self.failure = {"ready": False, "msg": f"{v['variant']} is not ready: {self.gate_result.get('msg')}"}
-        self.failed_task = State.GATE.value
+        self.failed_task = state.value
         return "not_ready"
 
     def step_perf(self) -> str:
@@ -1185,27 +1193,14 @@ class Switch:
     def step_slot_install(self) -> str:
         """This attempt's files kept in attempts/, and put into the candidate's slot (the live slot's unit is
         another file; the --config and logging files are the same for both)."""
-        attempt = self._path("attempts", self.attempt)
-        self.host.makedirs(attempt, 0o700)
-        for item in self._staged():
-            self.host.copy(posixpath.join(self.s.staging, item["name"]), posixpath.join(attempt, item["name"]), 0o600)
-        self._copy_files(self.s.staging, self._staged())
-        return "installed"
+        self._keep_attempt()
+        return self.step_install()
 
     def step_slot_start(self) -> str:
-        self.host.start(self.s.service)
-        return "started"
+        return self.step_start()
 
     def step_slot_gate(self) -> str:
-        v = self.s.variant
-        self.gate_result = self._gate(self.s.url, self._config_file(), self._gate_timeout(v), self.s.gate_settle,
-                                      unit=self.s.service)
-        if self.gate_result["ready"]:
-            return "ready"
-        self.failure = self.gate_result if self.gate_result.get("failure") else {
-            "ready": False, "msg": f"{v['variant']} is not ready: {self.gate_result.get('msg')}"}
-        self.failed_task = State.SLOT_GATE.value
-        return "not_ready"
+        return self._variant_gate(State.SLOT_GATE)
 
     def step_slot_perf(self) -> str:
         """The live slot and the candidate measured one after the other under the same load, on the same
@@ -1289,15 +1284,14 @@ class Switch:
 
     def step_slot_commit(self) -> str:
         """current.json names the candidate's slot and unit; its files are the known-good copy."""
-        self.host.write_atomic(self._path(CURRENT), self._current(self.s.variant), 0o600)
-        self.host.makedirs(self._path("known-good"), 0o700)
-        for item in self.s.files:
-            self.host.copy(item["src"], self._path("known-good", item["name"]), 0o600)
+        self.step_commit()
         # the other slot's unit file is not known-good any more
         old = self.s.slot["live"]["unit"]
         if old not in {f["name"] for f in self.s.files}:
-            self.host.remove(self._path("known-good", old))
-        self.committed = True
+            try:
+                self.host.remove(self._path("known-good", old))
+            except HostError as exc:  # committed already: a stale copy left is only untidy
+                self.slot_log["known_good_warning"] = str(exc)
         return "committed"
 
     def step_retire(self) -> str:

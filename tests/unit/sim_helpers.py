@@ -293,3 +293,21 @@ class FakeSystemctl:
     def changing(self) -> list[str]:
         """The calls that change something (every one but the is-enabled and is-active queries)."""
         return [call for call in self.calls if not call.startswith("is-")]
+
+
+class FakeClocks:
+    """A fake host's clocks: monotonic ``mono`` and epoch ``wall``, moved only by ``sleep`` (never backwards)."""
+
+    mono: float
+    wall: float
+
+    def clock(self) -> float:
+        return self.mono
+
+    def time(self) -> float:
+        return self.wall
+
+    def sleep(self, seconds: float) -> None:
+        assert seconds > 0
+        self.mono += seconds
+        self.wall += seconds

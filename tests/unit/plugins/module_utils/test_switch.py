@@ -10,6 +10,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from sim_helpers import FakeClocks
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _bench
 from ansible_collections.inferops.sglang.plugins.module_utils import _deploy
@@ -66,7 +67,7 @@ def current_json(v: dict) -> bytes:
     return json.dumps(doc, indent=4, sort_keys=True).encode()
 
 
-class FakeHost:
+class FakeHost(FakeClocks):
     """The host in memory: files with modes, one unit, GPUs whose memory empties some polls after
     a stop, a gate that passes the variants in ``healthy`` on their own URL, a scripted drain and
     benchmark, clocks that move only when slept on or gated. Every call is logged."""
@@ -251,17 +252,6 @@ class FakeHost:
             raise HostError(f"the gateway did not route to {worker} within 60 s: listed as pending, not healthy")
         self.sleep(0.5)
         return {"added": added, "seconds": 0.5}
-
-    def clock(self) -> float:
-        return self.mono
-
-    def time(self) -> float:
-        return self.wall
-
-    def sleep(self, seconds: float) -> None:
-        assert seconds > 0
-        self.mono += seconds
-        self.wall += seconds
 
     def progress(self, event: dict) -> None:
         self.events.append(event)

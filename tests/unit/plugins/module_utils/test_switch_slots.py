@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from sim_helpers import FakeClocks
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _deploy
 from ansible_collections.inferops.sglang.plugins.module_utils import _slots
@@ -41,7 +42,7 @@ def url(slot: str) -> str:
     return f"http://127.0.0.1:{PORTS[slot]}"
 
 
-class SlotsHost:
+class SlotsHost(FakeClocks):
     """Two units (blue, green) with their GPUs, files, a gateway that routes to a listed worker whose
     unit serves healthy on that URL, and clocks that move when slept on. ``routed_log`` keeps the
     ready workers after every gateway call: clients lose nothing while it is never empty."""
@@ -166,16 +167,9 @@ class SlotsHost:
             raise HostError(f"the gateway did not route to {worker} within 60 s")
         return {"added": added, "seconds": 0.5}
 
-    def clock(self) -> float:
-        return self.mono
-
-    def time(self) -> float:
-        return self.wall
-
     def sleep(self, seconds: float) -> None:
         self._clients()
-        self.mono += seconds
-        self.wall += seconds
+        super().sleep(seconds)
         self._clients(routed=bool(self.routed()))
 
     def _clients(self, routed: bool | None = None) -> None:
