@@ -33,7 +33,8 @@ except ImportError:  # the watchdog's copy on the host, or a test loading the fi
 PREFIX = "inferops_sglang_"
 OUTCOMES = ("switched", "unchanged", "rolled_back", "rollback_failed", "refused")
 HEALTHY = ("switched", "unchanged", "rolled_back", "refused")
-WATCHDOG_EVENTS = ("restarted", "held_back", "report", "restart_failed", "interrupted_switch", "recovered")
+WATCHDOG_EVENTS = ("restarted", "held_back", "report", "restart_failed", "interrupted_switch", "recovered",
+                   "gateway_routed", "gateway_unrouted")
 PERF_FIGURES = ("output_tokens_per_s", "ttft_p50", "ttft_p95", "tpot_p50", "itl_p50", "accept_length")
 CAUSE_LIMIT = 160
 _NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
@@ -66,7 +67,8 @@ FAMILIES = {
     "unavailable_seconds_total": ("counter", "Behind the host's gateway: the seconds clients had no server, summed over "
                                              "the recorded deploys."),
     "watchdog_events_total": ("counter", "The watchdog's recorded actions on the service, by event (restarted, held_back, "
-                                         "report, restart_failed, interrupted_switch, recovered)."),
+                                         "report, restart_failed, interrupted_switch, recovered; behind the gateway "
+                                         "gateway_routed, gateway_unrouted)."),
     "watchdog_last_event_timestamp_seconds": ("gauge", "When the watchdog last recorded an action, in seconds since the epoch."),
 }
 

@@ -47,6 +47,7 @@ import time
 from ansible_collections.inferops.sglang.plugins.module_utils import _credentials
 from ansible_collections.inferops.sglang.plugins.module_utils import _deploy_lock as lock
 from ansible_collections.inferops.sglang.plugins.module_utils import _deploy_metrics
+from ansible_collections.inferops.sglang.plugins.module_utils import _gateway
 from ansible_collections.inferops.sglang.plugins.module_utils import _mask
 from ansible_collections.inferops.sglang.plugins.module_utils import _process_watch as watch
 from ansible_collections.inferops.sglang.plugins.module_utils import _state_files as files
@@ -72,6 +73,9 @@ DEFAULTS = {
     "prompt": "The capital city of France is",
     "max_tokens": 8,
     "textfile_dir": None,
+    # the host's gateway in front of the server (url, control_key_file, timeout): a serving server it
+    # does not list is put back (a switch cut short after it took the server out, a hand that removed it)
+    "gateway": None,
 }
 REQUIRED = ("unit", "url", "service_dir")
 # Probe failures that are the watchdog's, not the server's: never counted, never a restart.
@@ -103,6 +107,10 @@ def load_settings(raw: object) -> dict:
         value = settings[name]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < low:
             errors.append(f"{name} must be a number >= {low}, not {value!r}")
+    gateway = settings["gateway"]
+    if gateway is not None and (not isinstance(gateway, dict) or not gateway.get("url")
+                                or not gateway.get("control_key_file")):
+        errors.append("gateway must name its url and control_key_file")
     if not errors and settings["backoff_max"] < settings["backoff"]:
         errors.append("backoff_max must be >= backoff")
     if errors:
@@ -175,8 +183,10 @@ def run_command(argv: list[str]) -> tuple[int, str, str]:
 class Watchdog:
     """One run against the host: ``run()`` returns the event and prints the journal line."""
 
-    def __init__(self, settings: dict, run=run_command, out=None, now=time.time, gate_class=readiness.Gate) -> None:
+    def __init__(self, settings: dict, run=run_command, out=None, now=time.time, gate_class=readiness.Gate,
+                 gateway_class=_gateway.Gateway) -> None:
         self.s = settings
+        self.gateway_class = gateway_class
         self.run_command = run
         self.out = out or sys.stdout
         self.now = now
@@ -274,6 +284,37 @@ class Watchdog:
         if isinstance(unit, str) and unit and url:
             self.s = dict(self.s, unit=unit, url=url, service=self.s.get("service") or self.s["unit"])
 
+    def _route(self, state: dict, unit: dict) -> str | None:
+        """The serving server as the host's gateway lists it: put back when it is not listed (or listed as
+        removed), with its key; ``gateway_routed`` then, ``gateway_unrouted`` (said once an episode) when the
+        gateway cannot be made to; None when it routes to it already."""
+        g, worker = self.s["gateway"], _gateway.worker_url(self.s["url"])
+        timeout = float(g.get("timeout") or 60)
+        try:
+            with open(g["control_key_file"], encoding="utf-8") as handle:
+                control = handle.read().strip()
+            gw = self.gateway_class(Client(g["url"], control, True, 10.0))
+            found = gw.find(worker)
+            if found is not None and found["status"] != "draining":
+                state.pop("gateway_reported", None)
+                return None  # listed: the gateway's own health checks route to it
+            if found is not None:
+                gw.wait_gone(found["id"], timeout)
+            gw.add(worker, self.key)
+            ready = gw.wait_ready(worker, timeout)
+        except (OSError, _gateway.GatewayError, ValueError) as exc:
+            msg = f"the gateway at {g['url']} does not route to {worker}, which serves: {exc}"
+            if not state.get("gateway_reported"):
+                state["gateway_reported"] = True
+                self.say("err", f"{self.s['unit']}: {msg}")
+                self._record("gateway_unrouted", state, unit, None, msg)
+            return "gateway_unrouted"
+        state.pop("gateway_reported", None)
+        msg = f"{worker} serves but the gateway at {g['url']} did not list it: put back, routed in {ready['seconds']} s"
+        self.say("warning", f"{self.s['unit']}: {msg}")
+        self._record("gateway_routed", state, unit, None, msg)
+        return "gateway_routed"
+
     def run(self) -> str:
         if os.path.isdir(self.s["service_dir"]):
             self._follow_the_live_slot()
@@ -314,6 +355,9 @@ class Watchdog:
             self.say("info" if event == "recovered" else "debug", msg + (" (recovered)" if event == "recovered" else ""))
             if event == "recovered":
                 self._record(event, state, unit, None, msg)
+            if self.s.get("gateway"):
+                routed = self._route(state, unit)
+                event = routed or event
         elif event == "starting":
             self.say("info", f"{unit_name} started {age:.0f} s ago and has not served yet "
                              f"(start_grace {self.s['start_grace']} s): not counted; {what}")

@@ -333,7 +333,8 @@ WATCHDOG = dict(sglang_service_watchdog_action="restart", sglang_service_watchdo
                 sglang_service_watchdog_failures=3, sglang_service_watchdog_timeout=30,
                 sglang_service_watchdog_start_grace=900, sglang_service_watchdog_backoff=300,
                 sglang_service_watchdog_backoff_max=3600, sglang_service_watchdog_python="/usr/bin/python3",
-                sglang_service_metrics_textfile_dir="/var/lib/prometheus/node-exporter")
+                sglang_service_metrics_textfile_dir="/var/lib/prometheus/node-exporter",
+                sglang_service_gateway=False, sglang_service_gateway_timeout=60)
 
 
 def render_watchdog(template: str, **overrides) -> str:
@@ -342,8 +343,10 @@ def render_watchdog(template: str, **overrides) -> str:
                      sglang_service_bind_host="0.0.0.0", sglang_service_port=30000, sglang_service_api_key="",
                      _sglang_service_variant={"url": "http://127.0.0.1:30000"}, **WATCHDOG)
     variables.update(overrides)
+    variables.setdefault("_sglang_service_gateway", {"url": "http://0.0.0.0:30000"})
     for name in ("_sglang_service_base", "_sglang_service_config_file", "_sglang_service_dir", "_sglang_service_url",
-                 "_sglang_service_watchdog_unit", "_sglang_service_watchdog_settings", "_sglang_service_watchdog_root"):
+                 "_sglang_service_watchdog_unit", "_sglang_service_watchdog_settings", "_sglang_service_watchdog_root",
+                 "_sglang_service_gateway_control_key"):
         variables[name] = Templar(loader=loader, variables=variables).template(_trust(ROLE_VARS[name]))
     return render(template, **variables)
 
@@ -364,6 +367,11 @@ def test_the_watchdog_settings_are_what_the_watchdog_loads_and_hold_no_key():
     keyed = _watchdog.load_settings(json.loads(text))
     assert "k3y-in-the-vars" not in text
     assert keyed["api_key_file"] == "/etc/sglang/sglang-qwen.yaml" and keyed["action"] == "report"
+    # behind the host's gateway: the watchdog puts a serving server it does not list back, with the control key file
+    assert plain["gateway"] is None
+    gated = _watchdog.load_settings(json.loads(render_watchdog("sglang-watchdog.json.j2", sglang_service_gateway=True)))
+    assert gated["gateway"] == {"url": "http://0.0.0.0:30000", "control_key_file": "/etc/sglang/sglang-qwen.gateway-key",
+                                "timeout": 60}
 
 
 def test_the_watchdog_units_run_the_copied_gate_every_interval(tmp_path):

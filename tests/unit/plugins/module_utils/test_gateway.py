@@ -334,3 +334,37 @@ def test_the_switchs_host_takes_a_server_out_and_puts_it_back_on_the_same_url_at
     counted = host.gateway_responses({"metrics_url": f"http://127.0.0.1:{process.metrics}/metrics"})
     assert counted == {"answered": 2, "failed": 1}
     assert host.gateway_out(settings, "http://127.0.0.1:1") == {"removed": False, "seconds": 0.0}
+
+
+def test_the_watchdog_puts_a_serving_server_the_real_gateway_lost_back(gateway, launch, tmp_path):
+    """A switch killed after it took the server out of the gateway (or a hand that removed it) leaves a server that
+    serves and a gateway that does not route to it: the watchdog's next run (its probe passing: a stand-in here,
+    the real gate is the watchdog's own tests') adds it back through the real worker API, and clients are served."""
+    import io
+
+    from ansible_collections.inferops.sglang.plugins.module_utils import _watchdog
+
+    gw, process = gateway()
+    server = serving(launch)
+    url = f"http://127.0.0.1:{server.port}"
+    (tmp_path / "control-key").write_text(KEY + "\n")
+    settings = _watchdog.load_settings({"unit": "sglang-qwen.service", "url": url, "service_dir": str(tmp_path),
+                                        "gateway": {"url": process.url, "control_key_file": str(tmp_path / "control-key"),
+                                                    "timeout": 30}})
+
+    class Serving:
+        def __init__(self, client, watcher, **kw) -> None:
+            watcher.start_mono = time.monotonic() - 5000
+
+        def run(self) -> dict:
+            return {"ready": True, "generation": {"completion_tokens": 8, "latency": 0.1}, "msg": "ready"}
+
+    def systemctl(argv):
+        return 0, "LoadState=loaded\nActiveState=active\nSubState=running\nInvocationID=i1\nMainPID=1\n", ""
+
+    assert through_gateway(process.port, 4)["status"] != 200
+    event = _watchdog.Watchdog(settings, run=systemctl, out=io.StringIO(), gate_class=Serving).run()
+    assert event == "gateway_routed" and gw.find(url)["status"] == "ready"
+    assert through_gateway(process.port, 4)["status"] == 200
+    # routed now: the next run leaves it alone
+    assert _watchdog.Watchdog(settings, run=systemctl, out=io.StringIO(), gate_class=Serving).run() == "ok"

@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from ansible_collections.inferops.sglang.plugins.module_utils import _gateway
 from ansible_collections.inferops.sglang.plugins.module_utils import _deploy_lock as lock
 from ansible_collections.inferops.sglang.plugins.module_utils import _watchdog as wd
 
@@ -351,3 +352,74 @@ def test_with_two_slots_the_watchdog_watches_and_restarts_the_live_one_current_j
     assert host.calls[0][-1] == "sglang-qwen-green.service"
     assert ["systemctl", "restart", "sglang-qwen-green.service"] in host.calls
     assert records(s)[0]["unit"] == "sglang-qwen-green.service"
+
+
+class FakeGateway:
+    """The worker API as the watchdog uses it: ``listed`` {url: status}; ``routes``: whether an added worker turns ready."""
+
+    def __init__(self, listed: dict, routes: bool = True) -> None:
+        self.listed, self.routes, self.calls = dict(listed), routes, []
+
+    def __call__(self, client):
+        self.calls.append(("client", client.url, client.api_key))
+        return self
+
+    def find(self, url):
+        status = self.listed.get(url)
+        return None if status is None else {"id": "w1", "url": url, "status": status, "healthy": status == "ready"}
+
+    def wait_gone(self, worker_id, timeout):
+        self.calls.append(("wait_gone", worker_id))
+        self.listed = {u: s for u, s in self.listed.items() if s != "draining"}
+
+    def add(self, url, api_key=None):
+        self.calls.append(("add", url, api_key))
+        if self.routes:  # a gateway that cannot use it drops it again (smg's job does)
+            self.listed[url] = "pending"
+
+    def wait_ready(self, url, timeout):
+        if not self.routes:
+            raise _gateway.GatewayError(f"the gateway did not route to {url} within {timeout:g} s: listed as pending")
+        self.listed[url] = "ready"
+        return {"worker": self.find(url), "seconds": 0.6}
+
+
+def gateway_settings(tmp_path, **kw) -> dict:
+    (tmp_path / "gateway-key").write_text("ctl-key-for-the-test\n")
+    return settings(tmp_path, gateway={"url": "http://127.0.0.1:30000", "control_key_file": str(tmp_path / "gateway-key"),
+                                       "timeout": 30}, **kw)
+
+
+def test_behind_the_gateway_a_serving_server_it_does_not_list_is_put_back_with_its_key(tmp_path):
+    s = gateway_settings(tmp_path)
+    fake = FakeGateway({})
+    event = wd.Watchdog(s, run=Host(), out=io.StringIO(), now=lambda: 1_000_000.0, gate_class=gate_returning(OK),
+                        gateway_class=fake).run()
+    assert event == "gateway_routed"
+    assert fake.calls[0] == ("client", "http://127.0.0.1:30000", "ctl-key-for-the-test")
+    assert ("add", s["url"].rstrip("/"), None) in fake.calls and fake.listed == {s["url"].rstrip("/"): "ready"}
+    (rec,) = records(s)
+    assert rec["event"] == "gateway_routed" and "put back, routed in 0.6 s" in rec["msg"]
+    # listed (draining: a switch cut short after taking it out) is taken as not listed; listed ready is left alone
+    fake = FakeGateway({s["url"].rstrip("/"): "draining"})
+    assert wd.Watchdog(s, run=Host(), out=io.StringIO(), now=lambda: 1_000_000.0, gate_class=gate_returning(OK),
+                       gateway_class=fake).run() == "gateway_routed"
+    assert ("wait_gone", "w1") in fake.calls
+    fake = FakeGateway({s["url"].rstrip("/"): "ready"})
+    assert wd.Watchdog(s, run=Host(), out=io.StringIO(), now=lambda: 1_000_000.0, gate_class=gate_returning(OK),
+                       gateway_class=fake).run() == "ok"
+    assert not [c for c in fake.calls if c[0] == "add"]
+
+
+def test_a_gateway_that_will_not_route_is_reported_once_and_a_server_that_does_not_serve_is_not_put_in(tmp_path):
+    s = gateway_settings(tmp_path, failures=3)
+    fake = FakeGateway({}, routes=False)
+    for _run in range(2):
+        event = wd.Watchdog(s, run=Host(), out=io.StringIO(), now=lambda: 1_000_000.0, gate_class=gate_returning(OK),
+                            gateway_class=fake).run()
+        assert event == "gateway_unrouted"
+    assert [r["event"] for r in records(s)] == ["gateway_unrouted"]
+    fake = FakeGateway({})
+    assert wd.Watchdog(s, run=Host(), out=io.StringIO(), now=lambda: 1_000_000.0, gate_class=gate_returning(WEDGED),
+                       gateway_class=fake).run() == "failed"
+    assert fake.calls == []
