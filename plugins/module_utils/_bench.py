@@ -34,6 +34,8 @@ import statistics
 import threading
 import time
 
+from ansible_collections.inferops.sglang.plugins.module_utils import _stats
+
 PROMPTS = (
     "Explain in plain words how a hash table handles collisions.",
     "Write a short story about a lighthouse keeper who finds a map.",
@@ -186,10 +188,7 @@ def benchmark(client, requests: int, concurrency: int, max_tokens: int, rounds: 
         if result["error_count"]:
             return _failed(result, started, f"round {index + 1}")
         measured.append(result)
-    figures = {}
-    for name in FIGURES:
-        values = [r[name] for r in measured if r[name] is not None]
-        figures[name] = round(statistics.median(values), 4) if values else None
+    figures = _medians(measured)
     return {"ok": True, "figures": figures, "rounds": measured, "seconds": round(time.monotonic() - started, 2),
             "load": {"requests": requests, "concurrency": concurrency, "max_tokens": max_tokens, "rounds": rounds,
                      "warmup": warmup, "budget": budget, "rounds_measured": len(measured)},
@@ -252,6 +251,78 @@ def compare(figures: dict, baseline: dict | None, thresholds: dict | None = None
                      for c in (failed or checks))
     return {"passed": not failed, "checks": checks,
             "msg": ("slower than the known-good service: " if failed else "as fast as the known-good service: ") + text}
+
+
+def _medians(rounds: list[dict]) -> dict:
+    """Each figure's median over the rounds that have it (None where none has)."""
+    figures = {}
+    for name in FIGURES:
+        values = [r[name] for r in rounds if r[name] is not None]
+        figures[name] = round(statistics.median(values), 4) if values else None
+    return figures
+
+
+def interleaved(reference, candidate, load: dict, thresholds: dict | None = None) -> dict:
+    """The candidate against the reference, both serving on this host now (two slots): a warmup round
+    each, then ``load["rounds"]`` pairs of rounds (at least two), their order alternating (_stats.order),
+    within ``load["budget"]`` for both sides (at least two pairs). The figures are each side's medians;
+    each figure's comparison is the pairs' ratio with its 95 % interval (_stats), and a figure fails
+    its limit only when the whole interval is past it (or, for TTFT p95, past it by more than its
+    slack): noise alone does not fail a candidate. Any failed request fails the measurement of that
+    side. The result has what ``measure`` returns, with ``reference`` (the reference's figures)."""
+    errors = check_thresholds(thresholds or {})
+    if errors:
+        raise BenchError("; ".join(errors))
+    clients = {"reference": reference, "candidate": candidate}
+    requests, concurrency, max_tokens, timeout = (load["requests"], load["concurrency"], load["max_tokens"],
+                                                  load["timeout"])
+    started = time.monotonic()
+    if load.get("warmup", True):
+        for side, client in clients.items():
+            first = run_round(client, min(concurrency, requests), concurrency, max_tokens, timeout)
+            if first["error_count"]:
+                return dict(_failed(first, started, f"the {side}'s warmup round"), passed=False, side=side)
+    rounds: dict[str, list[dict]] = {"reference": [], "candidate": []}
+    budget = load.get("budget")
+    for index, sides in enumerate(_stats.order(max(2, int(load.get("rounds") or 2)))):
+        last = [rounds[s][-1]["wall"] for s in sides if rounds[s]]
+        if budget and index >= 2 and time.monotonic() - started + sum(last) > 2 * budget:
+            break
+        for side in sides:
+            result = run_round(clients[side], requests, concurrency, max_tokens, timeout, offset=index)
+            if result["error_count"]:
+                return dict(_failed(result, started, f"the {side}'s round {index + 1}"), passed=False, side=side)
+            rounds[side].append(result)
+    figures = {side: _medians(rs) for side, rs in rounds.items()}
+    limits = {name: THRESHOLDS[name][1] for name in THRESHOLDS}
+    limits.update({name: float(value) for name, value in (thresholds or {}).items()})
+    checks = []
+    for name, (way, _default) in THRESHOLDS.items():
+        higher = way == "min"
+        interval = _stats.ratio_interval([r[name] for r in rounds["reference"]], [r[name] for r in rounds["candidate"]])
+        if interval["ratio"] is None:
+            continue
+        new, old = figures["candidate"][name], figures["reference"][name]
+        ok = not _stats.beyond_limit(interval, limits[name], higher) or (
+            not higher and new is not None and old is not None and new - old <= SLACK.get(name, 0))
+        checks.append({"figure": name, "new": new, "known_good": old, "ratio": interval["ratio"],
+                       "low": interval["low"], "high": interval["high"], "pairs": interval["pairs"],
+                       "verdict": _stats.verdict(interval, higher),
+                       "limit": f"{'>=' if higher else '<='} {limits[name]:g}x beyond noise"
+                                + (f" or +{SLACK[name]:g} s" if name in SLACK else ""), "ok": ok})
+    failed = [c for c in checks if not c["ok"]]
+    text = "; ".join(_stats.describe(c["figure"], c, c["figure"] != "ttft_p95") + f" (limit {c['limit']})"
+                     for c in (failed or checks))
+    comparison = {"passed": not failed, "checks": checks, "method": "interleaved",
+                  "msg": ("slower than the live service beyond noise: " if failed
+                          else "not slower than the live service beyond noise: ") + text}
+    return {"ok": True, "figures": figures["candidate"], "reference": {"figures": figures["reference"]},
+            "rounds": rounds, "seconds": round(time.monotonic() - started, 2),
+            "load": {"requests": requests, "concurrency": concurrency, "max_tokens": max_tokens,
+                     "rounds": load.get("rounds"), "warmup": load.get("warmup", True), "budget": budget,
+                     "rounds_measured": len(rounds["candidate"]), "interleaved": True},
+            "passed": comparison["passed"], "comparison": comparison,
+            "msg": f"{_describe(figures['candidate'])}; {comparison['msg']}"}
 
 
 # The deploy's performance gate (the perf state of _switch.py).

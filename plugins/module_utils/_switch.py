@@ -272,6 +272,8 @@ class Host(Protocol):
     def drain(self, url: str, api_key_file: str | None, timeout: float, interval: float, unit: str | None = None) -> dict: ...
     def bench(self, url: str, api_key_file: str | None, load: dict, baseline: dict | None, thresholds: dict,
               unit: str | None = None) -> dict: ...
+    # two servers serving now ({url, api_key_file, unit} each), measured in interleaved rounds (_bench.interleaved)
+    def bench_pair(self, reference: dict, candidate: dict, load: dict, thresholds: dict) -> dict: ...
     # the host's gateway (Settings.gateway): the server at ``worker`` taken out ({"removed": bool, "seconds"}),
     # or put in and routed to ({"seconds"}); HostError with the gateway's answer
     def gateway_out(self, gateway: dict, worker: str) -> dict: ...
@@ -1023,9 +1025,16 @@ class Switch:
     def _perf(self, state: State) -> str:
         """The variant under the load, against perf_known: passed, reported or failed (``state`` fails)."""
         known = self.perf_known or {}
+        return self._judge(lambda: self.host.bench(self.s.url, self._config_file(), self._perf_load(),
+                                                   known.get("figures") or None, self._thresholds(), unit=self.s.service),
+                           state)
+
+    def _judge(self, measure: Callable[[], dict], state: State) -> str:
+        """The performance gate's verdict on ``measure()``'s result (the benchmark's): passed, reported or
+        failed (``state`` fails, in enforce mode)."""
+        known = self.perf_known or {}
         try:
-            result = self.host.bench(self.s.url, self._config_file(), self._perf_load(), known.get("figures") or None,
-                                     self._thresholds(), unit=self.s.service)
+            result = measure()
         except HostError as exc:
             if self.perf_mode() == "enforce":
                 raise
@@ -1203,13 +1212,27 @@ class Switch:
         return self._variant_gate(State.SLOT_GATE)
 
     def step_slot_perf(self) -> str:
-        """The live slot and the candidate measured one after the other under the same load, on the same
-        host in the same run: the comparison is between these two figures, not the history's."""
+        """The live slot and the candidate measured under the same load on the same host in the same run,
+        their rounds interleaved (_bench.interleaved): each figure's ratio with its interval, and a limit
+        failed only beyond noise."""
         if self.s.perf_gate == "off":
             return "skipped"
-        live = self.s.slot["live"]
-        self._measure(live["url"], self.before.get("api_key_file"), live["unit"])
-        return self._perf(State.SLOT_PERF)
+        live, before = self.s.slot["live"], self.before
+        # what the record keeps of the reference: this run's figures of the live slot
+        self.perf_known = {"variant": live["variant"], "source": "measured beside", "time": _stamp(self.host.time()),
+                           "figures": None, "load": None, "seconds": None, "error": None, "argv": before.get("argv"),
+                           "sglang_version": before.get("sglang_version"), "gpu_devices": before.get("gpu_devices")}
+
+        def measure() -> dict:
+            result = self.host.bench_pair({"url": live["url"], "api_key_file": before.get("api_key_file"),
+                                           "unit": live["unit"]},
+                                          {"url": self.s.url, "api_key_file": self._config_file(),
+                                           "unit": self.s.service}, self._perf_load(), self._thresholds())
+            reference = (result.get("reference") or {}).get("figures")
+            self.perf_known.update(figures=reference, load=result.get("load"), seconds=result.get("seconds"),
+                                   error=None if reference else result.get("msg"))
+            return result
+        return self._judge(measure, State.SLOT_PERF)
 
     def step_slot_route(self) -> str:
         """The candidate into the gateway beside the live slot; the cut-over waits until the gateway
@@ -1669,6 +1692,21 @@ class SystemHost:
             return self._masked(_bench.measure(client, load, baseline, thresholds), key)
         except _bench.BenchError as exc:
             raise HostError(f"benchmark: {exc}") from None
+
+    def bench_pair(self, reference: dict, candidate: dict, load: dict, thresholds: dict) -> dict:
+        """Two servers serving now, in interleaved rounds (_bench.interleaved), each client checked as ``bench``'s."""
+        clients = []
+        for side in (reference, candidate):
+            client, key = self._client(side["url"], side.get("api_key_file"), float(load["timeout"]))
+            self._listener_is_the_units(side["url"], "benchmark", key, side.get("unit") or self.unit)
+            clients.append((client, key))
+        try:
+            result = _bench.interleaved(clients[0][0], clients[1][0], load, thresholds)
+        except _bench.BenchError as exc:
+            raise HostError(f"benchmark: {exc}") from None
+        for _client, key in clients:
+            result = self._masked(result, key)
+        return result
 
     def _gateway(self, gateway: dict) -> tuple[_gateway.Gateway, float]:
         """The gateway through its control key (the host's own: a root-only file; a fleet's: given), and

@@ -281,3 +281,59 @@ def test_a_budget_stops_starting_rounds_but_measures_one():
     assert result["load"]["rounds_measured"] == 1
     # no budget: every round
     assert _bench.benchmark(SlowRounds(0.05), 1, 1, 4, rounds=3)["load"]["rounds_measured"] == 3
+
+
+def scripted_rounds(monkeypatch, speeds: dict):
+    """run_round replaced: each client (a name) answers its next scripted tokens/s; the calls in order."""
+    calls, left = [], {name: list(values) for name, values in speeds.items()}
+
+    def run_round(client, requests, concurrency, max_tokens, timeout, offset=0):
+        calls.append(client)
+        speed = left[client].pop(0)
+        return {"wall": 1.0, "error_count": 0 if speed else 1, "errors": [] if speed else ["HTTP 503"],
+                "requests": requests, "completed": requests if speed else 0, "output_tokens_per_s": speed,
+                "ttft_p50": 0.1, "ttft_p95": 0.2, "tpot_p50": 0.01, "itl_p50": 0.01, "accept_length": None}
+    monkeypatch.setattr(_bench, "run_round", run_round)
+    return calls
+
+
+LOAD = {"requests": 4, "concurrency": 2, "max_tokens": 32, "rounds": 4, "warmup": True, "timeout": 60, "budget": None}
+
+
+def test_interleaved_rounds_alternate_and_fail_only_beyond_noise(monkeypatch):
+    calls = scripted_rounds(monkeypatch, {"live": [1, 100, 120, 90, 110], "new": [1, 80, 115, 85, 100]})
+    result = _bench.interleaved("live", "new", LOAD)
+    # a warmup each, then live-new, new-live, live-new, new-live
+    assert calls == ["live", "new", "live", "new", "new", "live", "live", "new", "new", "live"]
+    (speed,) = [c for c in result["comparison"]["checks"] if c["figure"] == "output_tokens_per_s"]
+    assert speed["pairs"] == 4 and speed["low"] < 0.9 < speed["high"] and speed["ok"]
+    assert result["passed"] and result["load"]["interleaved"] and result["reference"]["figures"]["output_tokens_per_s"] == 105
+    assert "no difference within noise" in result["msg"] or "worse" in result["msg"]
+    scripted_rounds(monkeypatch, {"live": [1, 100, 102, 98, 101], "new": [1, 60, 62, 59, 61]})
+    slow = _bench.interleaved("live", "new", LOAD)
+    assert slow["passed"] is False and slow["comparison"]["msg"].startswith("slower than the live service beyond noise")
+    scripted_rounds(monkeypatch, {"live": [1, 100], "new": [1, 0]})
+    failed = _bench.interleaved("live", "new", LOAD)
+    assert failed["passed"] is False and failed["side"] == "candidate" and failed["figures"] is None
+
+
+def test_two_servers_serving_side_by_side_are_compared_in_interleaved_rounds(launch):
+    """Blue/green's performance gate through the switch's host: the live slot and the candidate (the simulator's
+    NEXTN on GPUs 0,2 and 3,4 of ct129's stand-in, the same variant: an A/A comparison) measured in pairs of
+    rounds; the same server is not slower beyond noise."""
+    from ansible_collections.inferops.sglang.plugins.module_utils import _switch
+
+    servers = [launch([*MODEL, *NEXTN, "--api-key", "bench-key"], version="0.5.11", host="ct129", gpus=gpus)
+               for gpus in ("0,2", "3,4")]
+    for server in servers:
+        server.wait_for(lambda s=server: s.status("/health") == 200, timeout=120, what="health")
+    host = _switch.SystemHost("sglang-qwen.service", api_key="bench-key", gate_options={"check_listener": False})
+    load = dict(LOAD, requests=4, max_tokens=16, rounds=3, budget=60)
+    result = host.bench_pair(*({"url": f"http://127.0.0.1:{s.port}", "api_key_file": None, "unit": u}
+                               for s, u in zip(servers, ("sglang-qwen.service", "sglang-qwen-green.service"))),
+                             load, {})
+    assert result["passed"], result["msg"]
+    (speed,) = [c for c in result["comparison"]["checks"] if c["figure"] == "output_tokens_per_s"]
+    assert speed["pairs"] == 3 and speed["low"] <= speed["ratio"] <= speed["high"]
+    assert result["reference"]["figures"]["accept_length"] == result["figures"]["accept_length"] == 2.71
+    assert "bench-key" not in str(result)

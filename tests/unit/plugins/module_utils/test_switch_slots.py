@@ -150,6 +150,13 @@ class SlotsHost(FakeClocks):
         self.calls.append(("bench", unit))
         return {"passed": True, "figures": {"output_tokens_per_s": 100.0}, "msg": "measured"}
 
+    def bench_pair(self, reference: dict, candidate: dict, load, thresholds) -> dict:
+        self.calls.append(("bench_pair", reference["unit"], candidate["unit"]))
+        speed = {"output_tokens_per_s": 100.0}
+        return {"passed": True, "figures": speed, "reference": {"figures": dict(speed)}, "seconds": 8.0,
+                "load": {"interleaved": True}, "comparison": {"passed": True, "checks": [], "method": "interleaved"},
+                "msg": "measured"}
+
     def gateway_out(self, gateway: dict, worker: str) -> dict:
         self._op("gateway_out", worker)
         removed = worker in self.workers
@@ -246,8 +253,10 @@ def test_blue_green_routes_the_candidate_before_the_live_slot_leaves_and_retires
     assert all(host.routed_log)
     ops = [c for c in host.calls if c[0] in ("gateway_in", "gateway_out", "stop", "start")]
     assert ops.index(("gateway_in", url("green"))) < ops.index(("gateway_out", url("blue"))) < ops.index(("stop", SERVICE))
-    # both measured, the live slot first, by their own units
-    assert [c for c in host.calls if c[0] == "bench"] == [("bench", SERVICE), ("bench", GREEN)]
+    # both measured in one interleaved comparison, each by its own unit; the live slot's figures are the reference
+    assert [c for c in host.calls if c[0].startswith("bench")] == [("bench_pair", SERVICE, GREEN)]
+    assert rec["performance"]["known_good"]["source"] == "measured beside"
+    assert rec["performance"]["known_good"]["figures"] == {"output_tokens_per_s": 100.0}
     # the soak probed the candidate, the live slot stayed loaded meanwhile
     assert rec["slot"]["soak"]["ok"] and rec["slot"]["soak"]["elapsed"] >= 30
     current = json.loads(host.files[CURRENT])
