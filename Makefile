@@ -62,6 +62,8 @@ lab: setup real
 	ansible-playbook -i inventories/lab deploy.yml -l ct129 -e variant=balanced -e @lab/vars/blue_green.yml || test $$? -eq 2
 	ansible-playbook -i inventories/lab deploy.yml -l ct129 -e variant=nextn -e @lab/vars/blue_green.yml \
 	  -e '{"sglang_service_variant_overrides": {"nextn": {"max_running_requests": 8}}}'
+	ansible-playbook -i inventories/lab deploy.yml -l ct200 -e variant=nextn -e @lab/vars/blue_green.yml
+	ansible-playbook -i inventories/lab deploy.yml -l ct200 -e variant=balanced -e @lab/vars/blue_green.yml
 	ansible-playbook -i inventories/lab lab/playbooks/blue_green_job.yml
 	lab/labctl up cpu-real
 	ansible-playbook -i inventories/lab lab/playbooks/real_deploy.yml -l real_sglang -e variant=cpu

@@ -34,7 +34,10 @@ import statistics
 import threading
 import time
 
-from ansible_collections.inferops.sglang.plugins.module_utils import _stats
+try:
+    from ansible_collections.inferops.sglang.plugins.module_utils import _stats
+except ImportError:  # loaded from the tree (tools/, lab/bench/: _variants imports this file by its name)
+    import _stats  # type: ignore[no-redef]
 
 PROMPTS = (
     "Explain in plain words how a hash table handles collisions.",
