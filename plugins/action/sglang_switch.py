@@ -26,6 +26,7 @@ record first and fail after.
 from __future__ import annotations
 
 import math
+import os
 import time
 
 from ansible.plugins.action import ActionBase
@@ -40,6 +41,8 @@ from ansible_collections.inferops.sglang.plugins.plugin_utils import _rotation
 display = Display()
 
 MODULE = "inferops.sglang.sglang_switch"
+# The fault tests hold the job at a state to kill it there (the module's hold_at)
+HOLD_ENV = "INFEROPS_FAULT_HOLD_AT"
 AMEND_MODULE = "inferops.sglang.sglang_deploy_state"
 PROGRESS_NAME = "sglang_switch.progress.json"
 ELAPSED_KEYS = ("elapsed", "state_elapsed")
@@ -127,6 +130,8 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         given = self._task.args
         args = {k: v for k, v in given.items() if k not in _rotation.OPTIONS}
+        if os.environ.get(HOLD_ENV):  # the fault tests' hold point (the module's hold_at); never in production
+            args["hold_at"] = os.environ[HOLD_ENV]
         hooks = {name: given.get(option) or None for option, name in _rotation.OPTIONS.items()}
         host = str(task_vars.get("inventory_hostname") or "this host")
         check = bool(self._task.check_mode)

@@ -255,6 +255,14 @@ options:
     description: Seconds between the action plugin's progress lines; V(0) runs the module as a plain call. Ignored by the module.
     type: float
     default: 15
+  hold_at:
+    description:
+      - "For the fault tests only: the job stops moving once it has entered this state and written its marker, and
+        waits there until it is killed (or its time limit ends it), so that a test kills it at a known point as a
+        reboot or an OOM kill would. The action plugin sets it from the controller's E(INFEROPS_FAULT_HOLD_AT);
+        never set it on a production run."
+      - A state the switch passes through (plugins/module_utils/_switch.py's State), not an outcome.
+    type: str
 seealso:
   - module: inferops.sglang.wait_for_sglang
   - module: inferops.sglang.sglang_deploy_lock
@@ -488,6 +496,7 @@ def main() -> None:
             restore_gate_timeout=dict(type="float"),
             progress_file=dict(type="path"),
             progress_interval=dict(type="float", default=15),
+            hold_at=dict(type="str"),
         ),
         supports_check_mode=True,
     )
@@ -501,7 +510,11 @@ def main() -> None:
     host = _switch.SystemHost(p["service"], module.run_command, api_key=p["api_key"], gate_options=gate_options,
                               progress=progress)
     try:
-        switch = _switch.Switch(settings(p), host)
+        hold_at = _switch.State(p["hold_at"]) if p["hold_at"] else None
+    except ValueError:
+        module.fail_json(msg=f"nothing was changed: hold_at must be one of the switch's states, got {p['hold_at']!r}")
+    try:
+        switch = _switch.Switch(settings(p), host, stop_at=hold_at)
     except _switch.SwitchError as exc:
         module.fail_json(msg=f"nothing was changed: {exc}")
     if module.check_mode:
@@ -514,6 +527,10 @@ def main() -> None:
         claim_lock(module)
     try:
         result = switch.run()
+    except _switch.Interrupted:
+        # hold_at (the fault tests): the marker names the state; wait here to be killed
+        while True:
+            time.sleep(60)
     except (_switch.HostError, _switch.SwitchError) as exc:
         # a host error outside the steps that roll back (inspect, decide, the record): the marker says where it stopped
         module.fail_json(msg=f"the switch stopped in {switch.state.value if switch.state else 'its start'}: {exc}",

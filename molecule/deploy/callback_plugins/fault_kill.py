@@ -15,7 +15,11 @@ state or one after it (in _switch.State's order), it kills:
   as an AWX pod evicted or a laptop closed; the job on the host goes on;
 - ``job``: the switch's job on the host (SIGKILL, through INFEROPS_FAULT_KILL_JOB),
   as a host reboot or an OOM kill would end it; the controller goes on and sees
-  the job lost.
+  the job lost. The run sets INFEROPS_FAULT_HOLD_AT to the same state (the
+  sglang_switch action plugin hands it to the module as hold_at): the job stops
+  moving once it has entered the state and written its marker, so the kill lands
+  there and nowhere else (a state that lasts milliseconds, such as install,
+  cannot slip between two reads).
 
 Never enable it outside the fault matrix. It does nothing unless
 INFEROPS_FAULT_KILL_STATE is set:

@@ -392,3 +392,14 @@ def test_check_mode_runs_no_hook_and_fails_nothing(shown, monkeypatch):
     result = h.run()
     assert h.hooks == [] and h.plans == [] and h.launches == [] and len(h.plain) == 1
     assert "rotation_out" not in h.plain[0] and "failure" not in result
+
+
+def test_the_fault_tests_hold_point_reaches_the_module_only_when_set(shown, monkeypatch):
+    monkeypatch.delenv(action_mod.HOLD_ENV, raising=False)
+    plain = Rotating(dict(ARGS, progress_interval=15), monkeypatch)
+    plain.run()
+    assert "hold_at" not in plain.launches[0]["args"]
+    monkeypatch.setenv(action_mod.HOLD_ENV, "install")
+    held = Rotating(dict(ARGS, progress_interval=15), monkeypatch)
+    held.run()
+    assert held.launches[0]["args"]["hold_at"] == "install"

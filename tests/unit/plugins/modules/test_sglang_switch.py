@@ -462,3 +462,28 @@ def test_progress_warns_once_when_the_lock_was_lost(tmp_path):
     progress({"state": "gate"})
     assert len(warnings) == 1 and "lost the deploy lock" in warnings[0] and "bob@ctl-1" in warnings[0]
     assert progress.lost and Path(lock).read_bytes() == held  # another run's lock is never renewed
+
+
+# -- the fault tests' hold point ------------------------------------------------------------------------------------
+
+class Held(Exception):
+    """Ends the module's wait in the test (where a real run waits to be killed)."""
+
+
+def test_hold_at_stops_the_job_in_that_state_with_its_marker_written(capsys, script, layout, monkeypatch):
+    def sleep(_seconds):
+        raise Held
+    monkeypatch.setattr(sglang_switch.time, "sleep", sleep)
+    with pytest.raises(Held):
+        run(capsys, layout.args(hold_at="install"))
+    marker = json.loads((layout.sdir / "switch.json").read_text())
+    assert marker["state"] == "install"
+    # held before the new unit started: the old one was stopped, nothing else ran
+    assert script.kinds("start") == [] and not history(layout)
+
+
+def test_hold_at_must_name_a_state_and_nothing_changes_otherwise(capsys, script, layout):
+    before = layout.snapshot()
+    rc, result, _out = run(capsys, layout.args(hold_at="halfway"))
+    assert rc == 1 and "hold_at must be one of the switch's states" in result["msg"]
+    assert layout.snapshot() == before and script.calls == []
