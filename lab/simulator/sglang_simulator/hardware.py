@@ -63,34 +63,95 @@ CUDA_CONTEXT_MIB = 500
 ACCEPT_LENGTH = {"NEXTN": 2.71, "EAGLE": 2.71, "EAGLE3": 3.12, "DFLASH": 4.36, "DDTREE": 5.41}
 
 
+# How the speed of one request moves with the settings a tune searches, as far as the
+# simulator models it (every coefficient is the hardware file's ``performance`` section's,
+# and 0 or absent leaves the plain model: a step's time fixed per algorithm, whatever the batch):
+#
+# - accept length against the speculative steps: a draft whose tokens are each accepted with
+#   probability a yields (1 - a**(k+1)) / (1 - a) tokens a step for k draft tokens (Leviathan,
+#   Kalman, Matias, "Fast Inference from Transformers via Speculative Decoding", ICML 2023,
+#   eq. 1); a is solved from the table's accept length at the steps it was measured with
+#   (``steps``), so the table stays the measured point and other step counts follow the curve;
+# - a step's cost against the steps: each draft step is a forward of the draft model,
+#   ``draft_cost`` of the target's (an assumption of the lab: an MTP head or a small draft is one
+#   layer and an LM head against the target's dozens of layers; no measured figure for these
+#   models on these GPUs);
+# - a step's cost against the batch: decode is bound by memory reads (the weights once a step,
+#   each request's KV cache and verified tokens on top), so each further request in the batch adds
+#   ``batch_cost`` of a lone request's step, scaled by the tokens it verifies a step (steps + 1
+#   over the table's); an assumption of the lab of the order of a request's KV reads at a few
+#   thousand tokens of context against a GPU's share of the weights;
+# - CUDA graphs: a batch larger than the captured batch sizes (cuda_graph_max_bs) runs eager,
+#   as with graphs off (real SGLang replays a graph only for a batch it captured:
+#   srt/model_executor/cuda_graph_runner.py can_run), at ``eager_factor``;
+# - the batch: a request waits in the queue (#queue-req) while the running requests are at
+#   max_running_requests or their tokens would pass the KV pool's max_total_num_tokens; its speed
+#   is the batch's when it is admitted (the simulator does not re-pace a running request).
+
+
+def accept_for_steps(measured: float, at_steps: int, steps: int) -> float:
+    """The accept length at ``steps`` draft steps on the curve through ``measured`` at ``at_steps``."""
+    if steps == at_steps or measured <= 1.0:
+        return measured
+    if measured >= at_steps + 1:  # every draft token accepted: the curve is the step count
+        return float(steps + 1)
+    low, high = 0.0, 1.0
+    for _ in range(60):
+        mid = (low + high) / 2
+        if sum(mid ** i for i in range(at_steps + 1)) < measured:
+            low = mid
+        else:
+            high = mid
+    rate = (low + high) / 2
+    return sum(rate ** i for i in range(steps + 1))
+
+
 @dataclass(frozen=True)
 class Performance:
     step_seconds: float = 0.02
     eager_factor: float = 1.0
     prefill_seconds: float = 0.1
     time_scale: float | None = None  # None: the host's time_scale
-    speculative: tuple[tuple[str, float, float], ...] = tuple((a, n, 1.0) for a, n in ACCEPT_LENGTH.items())
+    # (algorithm, accept length, step factor, steps the accept length was measured at or 0)
+    speculative: tuple[tuple[str, float, float, int], ...] = tuple((a, n, 1.0, 0) for a, n in ACCEPT_LENGTH.items())
+    batch_cost: float = 0.0
+    draft_cost: float = 0.0
 
-    def accept_length(self, algorithm: str | None) -> float:
+    def _entry(self, algorithm: str | None) -> tuple[float, float, int]:
+        return next(((n, f, k) for a, n, f, k in self.speculative if a == algorithm), (1.0, 1.0, 0)) if algorithm \
+            else (1.0, 1.0, 0)
+
+    def accept_length(self, algorithm: str | None, steps: int | None = None) -> float:
         """Tokens per decode step (1.0 without speculative decoding)."""
-        return next((n for a, n, _f in self.speculative if a == algorithm), 1.0) if algorithm else 1.0
+        measured, _factor, at_steps = self._entry(algorithm)
+        if not algorithm or not steps or not at_steps:
+            return measured
+        return accept_for_steps(measured, at_steps, int(steps))
 
-    def token_seconds(self, algorithm: str | None, cuda_graph: bool) -> float:
-        """Simulated seconds per output token of one request."""
-        factor = next((f for a, _n, f in self.speculative if a == algorithm), 1.0) if algorithm else 1.0
-        eager = 1.0 if cuda_graph else self.eager_factor
-        return self.step_seconds * factor * eager / self.accept_length(algorithm)
+    def token_seconds(self, algorithm: str | None, cuda_graph: bool, batch: int = 1, steps: int | None = None,
+                      graph_max_bs: int | None = None) -> float:
+        """Simulated seconds per output token of one request in a decode batch of ``batch``."""
+        _measured, factor, at_steps = self._entry(algorithm)
+        graphed = cuda_graph and (not graph_max_bs or batch <= graph_max_bs)
+        step = self.step_seconds * factor * (1.0 if graphed else self.eager_factor)
+        width = 1.0
+        if algorithm and steps and at_steps:
+            step *= (1 + self.draft_cost * steps) / (1 + self.draft_cost * at_steps)
+            width = (steps + 1) / (at_steps + 1)
+        step *= 1 + self.batch_cost * max(0, batch - 1) * width
+        return step / self.accept_length(algorithm, steps)
 
 
 def _performance(data: dict | None) -> Performance:
     data = data or {}
-    table = {a: (n, 1.0) for a, n in ACCEPT_LENGTH.items()}
+    table = {a: (n, 1.0, 0) for a, n in ACCEPT_LENGTH.items()}
     for algorithm, spec in (data.get("speculative") or {}).items():
-        table[str(algorithm)] = (float(spec["accept_length"]), float(spec.get("step_factor", 1.0)))
+        table[str(algorithm)] = (float(spec["accept_length"]), float(spec.get("step_factor", 1.0)), int(spec.get("steps", 0)))
     return Performance(step_seconds=float(data.get("step_seconds", 0.02)), eager_factor=float(data.get("eager_factor", 1.0)),
                        prefill_seconds=float(data.get("prefill_seconds", 0.1)),
                        time_scale=float(data["time_scale"]) if data.get("time_scale") is not None else None,
-                       speculative=tuple((a, n, f) for a, (n, f) in table.items()))
+                       speculative=tuple((a, n, f, k) for a, (n, f, k) in table.items()),
+                       batch_cost=float(data.get("batch_cost", 0.0)), draft_cost=float(data.get("draft_cost", 0.0)))
 
 
 class HardwareError(Exception):

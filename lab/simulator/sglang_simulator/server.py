@@ -287,7 +287,9 @@ class Simulator:
         self.wedged = threading.Event()  # SIGUSR2: the scheduler stops (see the module's docstring)
         self.lock = threading.Lock()
         self.client_requests = 0
-        self.running = 0  # generations in flight (GET /v1/loads); the simulator queues none
+        self.running = 0  # generations in flight (GET /v1/loads)
+        self.waiting = 0  # generations queued for a place in the batch
+        self.admitted = threading.Condition(self.lock)
         self.plan: memory.MemoryPlan | None = None
         self.served_name = self.args.served_model_name or self.args.model_path
         self.context_len = 0
@@ -811,9 +813,9 @@ class Simulator:
         """GET /v1/loads: one DP rank, its running requests (0.5.11 srt/entrypoints/v1_loads.py:134-180,
         with the aggregate until 0.5.12; 0.5.23 :96-151, with the accelerator from 0.5.17)."""
         with self.lock:
-            running = self.running
+            running, waiting = self.running, self.waiting
         total = self.plan.max_total_tokens if self.plan else 0
-        rank = {"dp_rank": 0, "num_running_reqs": running, "num_waiting_reqs": 0, "num_used_tokens": 0,
+        rank = {"dp_rank": 0, "num_running_reqs": running, "num_waiting_reqs": waiting, "num_used_tokens": 0,
                 "num_total_tokens": total, "token_usage": 0.0, "gen_throughput": self.last_gen_throughput,
                 "cache_hit_rate": 0.0, "utilization": 0.0}
         body: dict = {"timestamp": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()), "version": self.release.text}
@@ -821,9 +823,9 @@ class Simulator:
             body.update(accelerator=None, num_accelerators=max(1, self.args.tp_size))
         else:
             body["dp_rank_count"] = 1
-        body["loads"] = [dict(rank, num_total_reqs=running) if self.release.loads_aggregate else rank]
+        body["loads"] = [dict(rank, num_total_reqs=running + waiting) if self.release.loads_aggregate else rank]
         if self.release.loads_aggregate:
-            body["aggregate"] = {"total_running_reqs": running, "total_waiting_reqs": 0, "total_reqs": running,
+            body["aggregate"] = {"total_running_reqs": running, "total_waiting_reqs": waiting, "total_reqs": running + waiting,
                                  "total_used_tokens": 0, "total_tokens": total, "avg_token_usage": 0.0,
                                  "avg_throughput": self.last_gen_throughput, "avg_utilization": 0.0}
         return body
@@ -856,11 +858,20 @@ class Simulator:
         digest = hashlib.sha256(prompt.encode("utf-8")).digest()
         count = max(1, int(max_new_tokens))
         words = [WORDS[(digest[i % len(digest)] + i) % len(WORDS)] for i in range(count)]
-        accept, per_token = self._speed()
+        prompt_tokens = max(1, len(prompt.split()))
+        limit = self._admission_limit(prompt_tokens + count)
+        with self.lock:
+            # the scheduler's queue (#queue-req): admitted while the running requests are under
+            # max_running_requests and their tokens fit the KV pool
+            self.waiting += 1
+            while self.running >= limit:
+                self.admitted.wait()
+            self.waiting -= 1
+            self.running += 1
+            batch = self.running
+        accept, per_token = self._speed(batch)
         started = time.monotonic()
         scale = self._generation_scale()
-        with self.lock:
-            self.running += 1
         try:
             if emit is None:
                 pace(started, count * per_token * scale)
@@ -871,10 +882,10 @@ class Simulator:
         finally:
             with self.lock:
                 self.running -= 1
+                self.admitted.notify()
         self.last_gen_throughput = round(1 / per_token, 2)
         # /health's own generation is not counted: log_metrics=False (0.5.11 srt/entrypoints/http_server.py:537,547)
         if self.metrics is not None and log_metrics:
-            prompt_tokens = max(1, len(prompt.split()))
             self.metrics.observe(prompt_tokens, count, self._performance().prefill_seconds, count * per_token,
                                  emit is not None)
         return self._output(prompt, words, count, accept, round(count * per_token, 4))
@@ -887,10 +898,22 @@ class Simulator:
     def _performance(self) -> hw.Performance:
         return self.hardware.performance if self.hardware else hw.Performance()
 
-    def _speed(self) -> tuple[float, float]:
-        """(accept length, simulated seconds per output token) of this server on this host."""
+    def _speed(self, batch: int = 1) -> tuple[float, float]:
+        """(accept length, simulated seconds per output token) of a request of this server on this
+        host in a decode batch of ``batch`` (hardware.py's model)."""
         perf, algorithm = self._performance(), self.args.speculative_algorithm
-        return perf.accept_length(algorithm), perf.token_seconds(algorithm, self.cuda_graph)
+        steps = getattr(self.args, "speculative_num_steps", None) if algorithm else None
+        graph_bs = self.plan.cuda_graph_max_bs if self.plan else None
+        return perf.accept_length(algorithm, steps), perf.token_seconds(algorithm, self.cuda_graph, batch, steps, graph_bs)
+
+    def _admission_limit(self, tokens: int) -> int:
+        """How many requests of ``tokens`` (prompt and output) run at once: max_running_requests,
+        and the KV pool's tokens over each one's (at least one)."""
+        if not self.plan:
+            return 1 << 30
+        running = self.args.max_running_requests or self.plan.max_running_requests or (1 << 30)
+        pool = self.plan.max_total_tokens // max(1, tokens) if self.plan.max_total_tokens else running
+        return max(1, min(running, pool))
 
     def _output(self, prompt: str, words: list[str], done: int, accept: float, latency: float) -> dict:
         """/generate's answer after ``done`` of ``words``: text and ids cumulative, meta_info as real SGLang's."""

@@ -108,3 +108,69 @@ def test_steps_after_a_late_wake_up_catch_up_apart_not_at_once():
     assert min(gaps) == pytest.approx(step / 2)
     assert gaps.count(pytest.approx(step / 2)) == 20  # ten steps' lateness, repaid half a step at a time
     assert seconds == pytest.approx(0.4 + 127 * per_token)
+
+
+# -- the settings a tune searches (hardware.py's model) ---------------------------------------------------------
+
+from sglang_simulator import hardware  # noqa: E402  pylint: disable=wrong-import-position
+
+
+def test_the_accept_length_follows_the_speculative_curve_through_the_measured_point():
+    measured = 2.71
+    at = {k: hardware.accept_for_steps(measured, 3, k) for k in range(1, 9)}
+    assert at[3] == measured
+    # a draft token accepted with probability a: 1 + a + a^2 + a^3 = 2.71 gives a ~ 0.744
+    rate = at[1] - 1
+    assert rate == pytest.approx(0.744, abs=0.001)
+    assert at[5] == pytest.approx(sum(rate ** i for i in range(6)), rel=1e-6)
+    values = [at[k] for k in sorted(at)]
+    assert all(b > a for a, b in zip(values, values[1:]))                       # more steps, more tokens
+    assert all(b - a < a - z for z, a, b in zip(values, values[1:], values[2:]))  # each step adds less
+    assert all(at[k] < k + 1 for k in at)
+
+
+PERF = hardware.Performance(step_seconds=0.02, eager_factor=2.0, batch_cost=0.05, draft_cost=0.1,
+                            speculative=(("NEXTN", 2.71, 1.1, 3),))
+
+
+def test_a_larger_batch_slows_each_request_and_graphs_end_at_their_largest_batch():
+    one, eight = PERF.token_seconds(None, True, 1), PERF.token_seconds(None, True, 8)
+    assert eight == pytest.approx(one * (1 + 0.05 * 7))
+    # a batch of 16 past cuda_graph_max_bs 8 runs eager; within it, graphed
+    assert PERF.token_seconds(None, True, 16, graph_max_bs=8) == pytest.approx(2.0 * PERF.token_seconds(None, True, 16))
+    assert PERF.token_seconds(None, True, 8, graph_max_bs=8) == eight
+    # the whole batch's tokens/s still grows with the batch (decode is bound by memory reads)
+    assert 8 / eight > 4 / PERF.token_seconds(None, True, 4) > 1 / one
+
+
+def test_the_best_step_count_falls_as_the_batch_grows():
+    """The trade-off a tune has to find (one report: 7 steps best at batch 1, 3 at batch 64)."""
+    def best(batch):
+        return min(range(1, 9), key=lambda k: PERF.token_seconds("NEXTN", True, batch, k))
+    assert best(1) > best(64) >= 1
+    # the table's own point is unchanged at its steps and a batch of one
+    assert PERF.token_seconds("NEXTN", True, 1, 3) == pytest.approx(0.02 * 1.1 / 2.71)
+
+
+def test_a_file_without_the_new_coefficients_keeps_the_plain_model():
+    plain = hardware._performance({"step_seconds": 0.02, "speculative": {"NEXTN": {"accept_length": 2.71}}})
+    assert plain.token_seconds("NEXTN", True, 1, 5) == plain.token_seconds("NEXTN", True, 32, 1) == pytest.approx(0.02 / 2.71)
+
+
+def test_requests_past_max_running_requests_wait_in_the_queue(launch):
+    """Four streams at once on a server that runs one at a time: three wait for their first token
+    (what a tune reads as TTFT against max_running_requests), and the whole takes four times one."""
+    perf = dict(PERFORMANCE, time_scale=1.0, prefill_seconds=0.05, step_seconds=0.01, batch_cost=0.0)
+    figures = {}
+    for limit in (1, 4):
+        server = launch([*MODEL, "--max-running-requests", str(limit)], host="ct200", gpus="0,1",
+                        hw={"performance": perf})
+        server.wait_for(lambda s=server: s.status("/health") == 200, timeout=120, what="health")
+        result = _bench.benchmark(Client(f"http://127.0.0.1:{server.port}", None, True, 30), 4, 4, 20, 1, False, 30)
+        server.proc.kill()
+        server.proc.wait()
+        assert result["ok"], result
+        figures[limit] = result["figures"]
+    # one at a time: the last first token after three whole requests (3 x (0.05 + 19 x 0.01) = 0.72 s)
+    assert figures[1]["ttft_p95"] > 0.6 > 0.2 > figures[4]["ttft_p95"]
+    assert figures[4]["output_tokens_per_s"] > 2.5 * figures[1]["output_tokens_per_s"]
