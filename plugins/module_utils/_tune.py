@@ -1,0 +1,575 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The search for the configuration that serves best on a host, beside its live service.
+
+A tune starts from a base variant and the operator's objective (a load: concurrency,
+requests, prompt and output length; a service level: TTFT p95 at most X ms, at least Y output
+tokens/s; a context length the service must keep). Its search space is data: per setting, the
+values to try (``default_space`` builds one around the base). Every point of the grid is
+planned first (the memory planner, _memplan): one that does not fit is never launched, and the
+report says what binds and by how much. What fits is ordered by what the plan predicts for the
+load (how many of its requests run at once instead of queueing, whether CUDA graphs cover the
+batch) and searched by successive halving: every candidate the budget allows gets a cheap
+measurement, the best third a longer one, and so on; each measurement is the candidate and the
+base, both serving beside the live service at once, in interleaved pairs of rounds (_bench.
+interleaved, _stats), so its figures are ratios to the base with a 95 % interval, measured under
+the same noise. A candidate that dies has its readiness gate's verdict as its result.
+
+Why our own successive halving and not a general library's sampler: the grid is small once the
+planner has pruned it (tens of points, not thousands), the planner's figures order it better
+than a sampler's prior could, and the costly part is a launch (minutes on a GPU), which halving
+spends only where the cheap measurement says it is worth it. What a run measured is kept (per
+host, model, SGLang version and build, and load: ``store_key``) and reused by the next.
+
+This module decides; the host is behind the ``Trials`` seam (start a server in a trial slot,
+compare the two, stop one), the planner behind a function; tests and the lab bench drive it
+in-process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+from typing import Callable, Protocol
+
+# The settings a tune moves, as the variant table names them (_variants.PARAMS).
+KNOBS = ("mem_fraction_static", "context_length", "max_running_requests", "chunked_prefill_size", "cuda_graph",
+         "cuda_graph_max_bs", "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
+OBJECTIVE_DEFAULTS = {"concurrency": 8, "requests": None, "max_tokens": 128, "prompt_words": 0, "ttft_p95_ms": None,
+                      "min_output_tokens_per_s": None, "context_length": None}
+BUDGET_DEFAULTS = {"trials": 12, "minutes": 60}
+# Pairs of rounds per rung of the halving (the last rung's interval is the winner's verdict), and
+# the share of a rung kept for the next.
+RUNG_PAIRS = (2, 3, 5)
+KEEP = 3
+FIGURE = "output_tokens_per_s"
+
+
+class TuneError(Exception):
+    """A tune's setting out of range: refused before anything on the host changes."""
+
+
+class Trials(Protocol):
+    """What a tune does to the host, and nothing else."""
+
+    def start(self, role: str, params: dict) -> dict: ...  # role reference|candidate; {ready, seconds, cause, signals}
+    def stop(self, role: str) -> None: ...
+    def compare(self, load: dict) -> dict: ...            # _bench.interleaved(reference, candidate, load)
+    def time(self) -> float: ...                          # seconds, monotonic
+    def progress(self, event: dict) -> None: ...
+
+
+def objective(given: dict | None) -> dict:
+    """The objective with its defaults; TuneError naming every bad field."""
+    given = dict(given or {})
+    unknown = sorted(set(given) - set(OBJECTIVE_DEFAULTS))
+    out = dict(OBJECTIVE_DEFAULTS, **{k: v for k, v in given.items() if v is not None})
+    problems = [f"unknown objective field(s): {', '.join(unknown)}"] if unknown else []
+    for name in ("concurrency", "max_tokens"):
+        if not isinstance(out[name], int) or isinstance(out[name], bool) or out[name] < 1:
+            problems.append(f"objective.{name} must be a whole number of at least 1, got {out[name]!r}")
+    for name in ("requests", "context_length"):
+        if out[name] is not None and (not isinstance(out[name], int) or isinstance(out[name], bool) or out[name] < 1):
+            problems.append(f"objective.{name} must be a whole number of at least 1, got {out[name]!r}")
+    if not isinstance(out["prompt_words"], int) or isinstance(out["prompt_words"], bool) or out["prompt_words"] < 0:
+        problems.append(f"objective.prompt_words must be a whole number, got {out['prompt_words']!r}")
+    for name in ("ttft_p95_ms", "min_output_tokens_per_s"):
+        value = out[name]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+            problems.append(f"objective.{name} must be a positive number, got {value!r}")
+    if problems:
+        raise TuneError("; ".join(problems))
+    if out["requests"] is None and isinstance(out["concurrency"], int):
+        out["requests"] = 2 * out["concurrency"]
+    return out
+
+
+def _unique(values) -> list:
+    seen: list = []
+    for value in values:
+        if value not in seen:
+            seen.append(value)
+    return seen
+
+
+def default_space(base: dict, goal: dict) -> dict:
+    """Values to try around the base: its static memory share a few points either way, CUDA graphs
+    on and off with their largest batch at the load's concurrency or twice it, the running-request
+    limit at the concurrency, twice it and the base's, and, for a draft of top-k 1, one to five
+    draft steps. The context length is the objective's where it names one, else the base's."""
+    mfs = float(base.get("mem_fraction_static") or 0.85)
+    conc = int(goal["concurrency"])
+    space: dict = {
+        "mem_fraction_static": sorted(_unique(round(min(0.95, max(0.5, mfs + d)), 2) for d in (-0.06, -0.03, 0, 0.03, 0.06))),
+        "cuda_graph": [True, False],
+        "cuda_graph_max_bs": sorted(_unique([conc, 2 * conc])),
+        "max_running_requests": sorted(_unique(v for v in (conc, 2 * conc, base.get("max_running_requests")) if v)),
+    }
+    if goal.get("context_length"):
+        space["context_length"] = [int(goal["context_length"])]
+    if base.get("speculative_algorithm") and base.get("speculative_num_steps") and (base.get("speculative_eagle_topk") or 1) == 1:
+        space["speculative_num_steps"] = list(range(1, 6))
+    return space
+
+
+def check_space(space: object) -> dict:
+    """The space as {knob: [values]}; TuneError naming every bad entry."""
+    if not isinstance(space, dict) or not space:
+        raise TuneError(f"the search space must be a mapping of settings to lists of values, got {space!r}")
+    problems = []
+    for name, values in space.items():
+        if name not in KNOBS:
+            problems.append(f"{name} is not a setting a tune moves ({', '.join(KNOBS)})")
+        elif not isinstance(values, list) or not values:
+            problems.append(f"space.{name} must be a non-empty list, got {values!r}")
+        elif name == "cuda_graph" and any(not isinstance(v, bool) for v in values):
+            problems.append(f"space.cuda_graph takes true and false, got {values!r}")
+        elif name == "mem_fraction_static" and any(isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1
+                                                   for v in values):
+            problems.append(f"space.mem_fraction_static takes numbers between 0 and 1, got {values!r}")
+        elif name not in ("cuda_graph", "mem_fraction_static") and any(
+                v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1) for v in values):
+            problems.append(f"space.{name} takes whole numbers of at least 1 (or null for SGLang's default), got {values!r}")
+    if problems:
+        raise TuneError("; ".join(problems))
+    return {name: list(values) for name, values in space.items()}
+
+
+def check_budget(given: dict | None) -> dict:
+    out = dict(BUDGET_DEFAULTS, **{k: v for k, v in (given or {}).items() if v is not None})
+    problems = [f"unknown budget field(s): {', '.join(sorted(set(out) - set(BUDGET_DEFAULTS)))}"] \
+        if set(out) - set(BUDGET_DEFAULTS) else []
+    if not isinstance(out["trials"], int) or isinstance(out["trials"], bool) or out["trials"] < 1:
+        problems.append(f"budget.trials must be a whole number of at least 1, got {out['trials']!r}")
+    if isinstance(out["minutes"], bool) or not isinstance(out["minutes"], (int, float)) or out["minutes"] <= 0:
+        problems.append(f"budget.minutes must be a positive number, got {out['minutes']!r}")
+    if problems:
+        raise TuneError("; ".join(problems))
+    return out
+
+
+def normalise(params: dict) -> dict:
+    """One candidate's settings as SGLang reads them: no CUDA graph batch without CUDA graphs; a draft
+    of top-k 1 verifies its steps plus one token (SGLang sets num_draft_tokens so for top-k 1)."""
+    out = dict(params)
+    if out.get("cuda_graph") is False:
+        out["cuda_graph_max_bs"] = None
+    if out.get("speculative_algorithm") and out.get("speculative_num_steps") and (out.get("speculative_eagle_topk") or 1) == 1:
+        out["speculative_num_draft_tokens"] = int(out["speculative_num_steps"]) + 1
+    return out
+
+
+def key_of(params: dict) -> str:
+    """A candidate's identity: its tuned settings (and the algorithm they belong to)."""
+    knobs = {k: params.get(k) for k in (*KNOBS, "speculative_algorithm")}
+    return hashlib.sha256(json.dumps(knobs, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def changes(base: dict, params: dict) -> dict:
+    """The tuned settings where a candidate differs from the base."""
+    return {k: params.get(k) for k in KNOBS if params.get(k) != base.get(k)}
+
+
+def grid(base: dict, space: dict) -> list[dict]:
+    """Every point of the space laid over the base, normalised, each once; the base's own point first."""
+    names = list(space)
+    points = [normalise(base)]
+    for values in itertools.product(*(space[n] for n in names)):
+        points.append(normalise(dict(base, **dict(zip(names, values)))))
+    out, seen = [], set()
+    for point in points:
+        key = key_of(point)
+        if key not in seen:
+            seen.add(key)
+            out.append(point)
+    return out
+
+
+def capacity(plan: dict, params: dict, goal: dict) -> int:
+    """How many of the load's requests the planned server runs at once: its running-request limit and
+    its KV tokens over each request's (prompt and output)."""
+    per_request = max(1, int(goal.get("prompt_words") or 0) + 32 + int(goal["max_tokens"]))
+    running = int(plan.get("max_running_requests") or params.get("max_running_requests") or goal["concurrency"])
+    tokens = int(plan.get("max_total_tokens") or 0)
+    return max(0, min(running, tokens // per_request if tokens else running))
+
+
+def prior(plan: dict, params: dict, goal: dict) -> tuple:
+    """The plan's prediction for the load, larger is better: the share of the load's requests that run
+    at once, CUDA graphs covering that batch, then the KV tokens."""
+    conc = int(goal["concurrency"])
+    running = min(conc, capacity(plan, params, goal))
+    graphed = bool(params.get("cuda_graph", True)) and (params.get("cuda_graph_max_bs") or conc) >= running
+    return (round(running / conc, 3), graphed, int(plan.get("max_total_tokens") or 0))
+
+
+def screen(points: list[dict], planner: Callable[[dict], dict], goal: dict) -> tuple[list[dict], list[dict]]:
+    """Plan every point: (kept, dropped), each an entry {key, params, plan, prior} or {key, params, why}."""
+    kept, dropped = [], []
+    need = goal.get("context_length")
+    for params in points:
+        key = key_of(params)
+        if need and (params.get("context_length") or 0) and int(params["context_length"]) < int(need):
+            dropped.append({"key": key, "params": params, "binding": "context_length",
+                            "why": f"context_length {params['context_length']} is below the {need} tokens the objective requires"})
+            continue
+        try:
+            plan = planner(params)
+        except Exception as exc:  # noqa: BLE001 - a planner error drops the point with its text
+            dropped.append({"key": key, "params": params, "binding": "planner", "why": f"the planner refused it: {exc}"})
+            continue
+        if not plan.get("fits"):
+            dropped.append({"key": key, "params": params, "binding": plan.get("binding"), "why": plan.get("reason"),
+                            "plan": _plan_figures(plan)})
+            continue
+        if need and plan.get("max_total_tokens") is not None and int(plan["max_total_tokens"]) < int(need):
+            dropped.append({"key": key, "params": params, "binding": "kv_tokens", "plan": _plan_figures(plan),
+                            "why": f"{plan['max_total_tokens']} KV tokens hold no request of the {need} tokens the objective requires"})
+            continue
+        kept.append({"key": key, "params": params, "plan": _plan_figures(plan), "prior": prior(plan, params, goal)})
+    return kept, dropped
+
+
+def _plan_figures(plan: dict) -> dict:
+    return {k: plan.get(k) for k in ("max_total_tokens", "max_running_requests", "binding", "reason") if k in plan}
+
+
+def first_rung(kept: list[dict], size: int) -> list[dict]:
+    """The first rung's candidates: the best the plan predicts, spread over the settings the plan
+    cannot tell apart (one by one, the candidate of the best predicted tier that differs most from
+    those already chosen, then by its KV tokens), so that the cheap measurement sees each value of
+    each setting before it sees near-copies of one point."""
+    chosen: list[dict] = []
+    rest = list(kept)
+    while rest and len(chosen) < size:
+        def rank(entry: dict) -> tuple:
+            apart = min((sum(entry["params"].get(k) != c["params"].get(k) for k in KNOBS) for c in chosen), default=0)
+            return (entry["prior"][:2], apart, entry["prior"][2:])
+        best = max(rest, key=rank)
+        rest.remove(best)
+        chosen.append(best)
+    return chosen
+
+
+def rung_sizes(fits: int, trials: int) -> list[int]:
+    """How many candidates each rung measures: the largest first rung whose halving fits the launches."""
+    best = [min(1, fits)]
+    for first in range(1, fits + 1):
+        sizes = [first]
+        while len(sizes) < len(RUNG_PAIRS) and sizes[-1] > 1:
+            sizes.append(math.ceil(sizes[-1] / KEEP))
+        while len(sizes) < len(RUNG_PAIRS):
+            sizes.append(sizes[-1])
+        if sum(sizes) <= trials:
+            best = sizes
+    return best
+
+
+def meets(figures: dict, goal: dict) -> list[str]:
+    """What of the service level a measurement misses (empty: met)."""
+    missed = []
+    p95 = figures.get("ttft_p95")
+    if goal.get("ttft_p95_ms") and (p95 is None or p95 * 1000 > goal["ttft_p95_ms"]):
+        missed.append(f"TTFT p95 {'?' if p95 is None else round(p95 * 1000)} ms > {goal['ttft_p95_ms']:g} ms")
+    rate = figures.get(FIGURE)
+    if goal.get("min_output_tokens_per_s") and (rate is None or rate < goal["min_output_tokens_per_s"]):
+        missed.append(f"{'?' if rate is None else round(rate, 1)} output tokens/s < {goal['min_output_tokens_per_s']:g}")
+    return missed
+
+
+def ratio_of(result: dict, figure: str = FIGURE) -> dict:
+    """The comparison's interval for ``figure`` (ratio, low, high, pairs, verdict), or {}."""
+    return next((c for c in (result.get("comparison") or {}).get("checks", []) if c["figure"] == figure), {})
+
+
+def score(entry: dict, goal: dict) -> tuple:
+    """Larger is better: meeting the service level, then the throughput ratio to the base."""
+    measured = entry.get("measured")
+    if not measured:
+        return (-1, 0.0)
+    return (0 if entry["missed"] else 1, float(ratio_of(measured).get("ratio") or 0.0))
+
+
+class Tune:
+    """One tune: screen the grid, measure by successive halving, say the winner and its verdict."""
+
+    def __init__(self, base_name: str, base: dict, goal: dict, space: dict, budget: dict,
+                 planner: Callable[[dict], dict], trials: Trials, store: dict | None = None, load: dict | None = None) -> None:
+        self.base_name, self.base = base_name, normalise(base)
+        self.goal = objective(goal)
+        self.space = check_space(space if space is not None else default_space(self.base, self.goal))
+        self.budget = check_budget(budget)
+        self.planner, self.trials = planner, trials
+        self.store = store if store is not None else {}
+        self.load = dict({"requests": self.goal["requests"], "concurrency": self.goal["concurrency"],
+                          "max_tokens": self.goal["max_tokens"], "timeout": 120, "warmup": True}, **(load or {}))
+        self.entries: dict[str, dict] = {}
+        self.launches = 0
+        self.reused = 0
+        self.deaths: list[dict] = []
+
+    # -- the parts ------------------------------------------------------------------------------------------
+
+    def _over_time(self, started: float) -> bool:
+        return self.trials.time() - started > 60 * float(self.budget["minutes"])
+
+    def _measure(self, entry: dict, pairs: int) -> dict | None:
+        """One candidate at one rung: reused from the store, else started, compared with the base, stopped."""
+        stored = self.store.get(entry["key"], {}).get(str(pairs))
+        if stored is not None:
+            self.reused += 1
+            self.trials.progress({"event": "reused", "key": entry["key"], "pairs": pairs})
+            return stored
+        self.launches += 1
+        self.trials.progress({"event": "start", "key": entry["key"], "changes": changes(self.base, entry["params"]),
+                              "pairs": pairs})
+        started = self.trials.start("candidate", entry["params"])
+        try:
+            if not started.get("ready"):
+                died = {"ok": False, "died": True, "cause": started.get("cause"), "seconds": started.get("seconds"),
+                        "verdict": started.get("verdict")}
+                self.deaths.append({"key": entry["key"], **died})
+                self.store.setdefault(entry["key"], {})[str(pairs)] = died
+                return died
+            result = self.trials.compare(dict(self.load, rounds=pairs))
+            result = {k: result.get(k) for k in ("ok", "figures", "reference", "comparison", "seconds", "msg")}
+            result.update(start_seconds=started.get("seconds"), signals=started.get("signals"))
+            if result.get("ok"):
+                self.store.setdefault(entry["key"], {})[str(pairs)] = result
+            return result
+        finally:
+            self.trials.stop("candidate")
+
+    def run(self) -> dict:
+        started = self.trials.time()
+        points = grid(self.base, self.space)
+        kept, dropped = screen(points, self.planner, self.goal)
+        base_key = key_of(self.base)
+        base_fits = any(e["key"] == base_key for e in kept)
+        candidates = sorted((e for e in kept if e["key"] != base_key), key=lambda e: e["prior"], reverse=True)
+        for entry in candidates:
+            self.entries[entry["key"]] = dict(entry, measured=None, rung=-1, missed=[])
+        self.trials.progress({"event": "planned", "grid": len(points), "dropped": len(dropped), "fit": len(candidates)})
+        sizes = rung_sizes(len(candidates), self.budget["trials"])
+        reference = self.trials.start("reference", self.base)
+        if not reference.get("ready"):
+            self.trials.stop("reference")
+            return self._result(started, points, dropped, sizes, reference,
+                                f"the base {self.base_name} did not start in the trial slot: {reference.get('cause')}")
+        try:
+            pool = [self.entries[e["key"]] for e in first_rung(candidates, sizes[0])] if sizes and sizes[0] else []
+            stopped_early = None
+            for rung, pairs in enumerate(RUNG_PAIRS):
+                if not pool:
+                    break
+                for entry in pool:
+                    if self._over_time(started):
+                        stopped_early = f"the budget of {self.budget['minutes']:g} minutes ran out in rung {rung + 1}"
+                        break
+                    measured = self._measure(entry, pairs)
+                    entry.update(measured=measured, rung=rung,
+                                 missed=meets(measured.get("figures") or {}, self.goal) if measured.get("ok") else ["died"])
+                    self.trials.progress({"event": "measured", "key": entry["key"], "rung": rung + 1,
+                                          "ratio": ratio_of(measured).get("ratio"), "missed": entry["missed"]})
+                if stopped_early:
+                    break
+                alive = sorted((e for e in pool if e["rung"] == rung and (e["measured"] or {}).get("ok")),
+                               key=lambda e: score(e, self.goal), reverse=True)
+                if rung + 1 < len(sizes):
+                    pool = alive[:sizes[rung + 1]]
+                else:
+                    pool = []
+        finally:
+            self.trials.stop("reference")
+        return self._result(started, points, dropped, sizes, reference, stopped_early, base_fits=base_fits)
+
+    def _result(self, started: float, points: list, dropped: list, sizes: list, reference: dict | None,
+                note: str | None, base_fits: bool = True) -> dict:
+        measured = [e for e in self.entries.values() if e["measured"]]
+        ranked = sorted((e for e in measured if (e["measured"] or {}).get("ok")),
+                        key=lambda e: (e["rung"], score(e, self.goal)), reverse=True)
+        winner = ranked[0] if ranked else None
+        verdict, why = "none", note or "no candidate was measured"
+        if winner is not None:
+            interval = ratio_of(winner["measured"])
+            base_missed = meets((winner["measured"].get("reference") or {}).get("figures") or {}, self.goal)
+            if winner["missed"]:
+                verdict, why = "none", f"no candidate meets the service level (the best: {'; '.join(winner['missed'])})"
+            elif interval.get("verdict") == "better":
+                verdict = "better"
+                why = f"{self._describe(winner)} beats {self.base_name}: {FIGURE} {self._interval(interval)}"
+            elif base_missed:
+                verdict = "better"
+                why = (f"{self._describe(winner)} meets the service level, {self.base_name} does not "
+                       f"({'; '.join(base_missed)})")
+            else:
+                verdict = "none"
+                why = (f"nothing beats {self.base_name} beyond noise: the best measured, {self._describe(winner)}, "
+                       f"{FIGURE} {self._interval(interval)}")
+        return {
+            "verdict": verdict, "msg": why, "note": note, "base": self.base_name, "base_fits": base_fits,
+            "objective": self.goal, "space": self.space, "budget": self.budget,
+            "grid": len(points), "dropped": dropped, "fit": len(self.entries), "rungs": sizes[:len(RUNG_PAIRS)],
+            "launches": self.launches, "reused": self.reused, "deaths": self.deaths,
+            "seconds": round(self.trials.time() - started, 2),
+            "reference_start": reference,
+            "candidates": [self._public(e) for e in sorted(self.entries.values(), key=lambda e: (-e["rung"], e["key"]))],
+            "winner": self._public(winner) if winner is not None and verdict == "better" else None,
+            "best": self._public(winner) if winner is not None else None,
+        }
+
+    def _describe(self, entry: dict) -> str:
+        return ", ".join(f"{k} {v}" for k, v in changes(self.base, entry["params"]).items()) or "the base's settings"
+
+    @staticmethod
+    def _interval(interval: dict) -> str:
+        if interval.get("ratio") is None:
+            return "not measured"
+        span = f" [{interval['low']:g}, {interval['high']:g}]" if interval.get("low") is not None else ""
+        return f"{interval['ratio']:g}x{span} ({interval.get('verdict')})"
+
+    def _public(self, entry: dict) -> dict:
+        measured = entry.get("measured") or {}
+        return {"key": entry["key"], "changes": changes(self.base, entry["params"]), "params": entry["params"],
+                "plan": entry.get("plan"), "prior": list(entry.get("prior") or []), "rung": entry["rung"] + 1,
+                "ok": measured.get("ok"), "died": measured.get("died", False), "cause": measured.get("cause"),
+                "start_seconds": measured.get("start_seconds") if measured.get("ok") else measured.get("seconds"),
+                "figures": measured.get("figures"), "reference": (measured.get("reference") or {}).get("figures"),
+                "ratio": ratio_of(measured) if measured.get("ok") else None, "missed": entry.get("missed") or []}
+
+
+def store_key(host: str, model: str, sglang_version: str, build: str | None, base: dict, goal: dict) -> str:
+    """What makes a stored measurement reusable: the same host, model, release, build, base settings and load."""
+    load = {k: goal[k] for k in ("concurrency", "requests", "max_tokens", "prompt_words")}
+    text = json.dumps([host, model, sglang_version, build or "", key_of(normalise(base)), load], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def winner_variant(result: dict, name: str, run: str, provenance: dict) -> dict | None:
+    """The winner as a variant table entry: the base inherited, the tuned settings over it, and where it came from."""
+    winner = result.get("winner")
+    if not winner:
+        return None
+    ratio = winner.get("ratio") or {}
+    entry = {"inherits": result["base"], **winner["changes"],
+             "description": f"{result['base']} tuned by run {run}: {FIGURE} {ratio.get('ratio')}x "
+                            f"[{ratio.get('low')}, {ratio.get('high')}] of {result['base']}",
+             "provenance": dict(provenance, run=run, figures=winner.get("figures"), reference=winner.get("reference"),
+                                ratio=ratio, objective=result["objective"])}
+    return {name: entry}
+
+
+# -- the report ------------------------------------------------------------------------------------------------
+
+def _fmt(value, scale: float = 1.0, digits: int = 1) -> str:
+    return "-" if value is None else f"{value * scale:.{digits}f}"
+
+
+def markdown(result: dict, run: str, host: str) -> str:
+    """The run's report: what was searched, what the planner dropped and why, every measured candidate."""
+    goal = result["objective"]
+    level = ", ".join(x for x in (f"TTFT p95 <= {goal['ttft_p95_ms']:g} ms" if goal.get("ttft_p95_ms") else "",
+                                  f">= {goal['min_output_tokens_per_s']:g} output tokens/s"
+                                  if goal.get("min_output_tokens_per_s") else "") if x) or "none (throughput only)"
+    lines = [f"# Tune {run} on {host}: around {result['base']}", "",
+             f"**{result['verdict'].upper()}**: {result['msg']}", "",
+             f"- Load: {goal['concurrency']} at once, {goal['requests']} requests a round, {goal['max_tokens']} output tokens"
+             + (f", prompts of about {goal['prompt_words']} words" if goal.get("prompt_words") else ""),
+             f"- Service level: {level}" + (f"; context length at least {goal['context_length']}" if goal.get("context_length") else ""),
+             f"- Grid {result['grid']} points; dropped by the planner before any launch: {len(result['dropped'])}; "
+             f"fit: {result['fit']}; launched {result['launches']} (reused {result['reused']} from earlier runs); "
+             f"died at start: {len(result['deaths'])}; {result['seconds']:.0f} s",
+             f"- Rungs of the halving: {result['rungs']} candidates, {list(RUNG_PAIRS)[:len(result['rungs'])]} pairs of rounds each"
+             + (f"; {result['note']}" if result.get("note") else ""), "",
+             "## Measured (ratios to the base in interleaved pairs, 95 % interval)", "",
+             "| rung | changes | tokens/s | ratio | TTFT p95 ms | start s | result |", "|---|---|---|---|---|---|---|"]
+    for c in result["candidates"]:
+        if c["rung"] == 0:
+            continue
+        ratio = c.get("ratio") or {}
+        span = f"{ratio.get('ratio')}x [{ratio.get('low')}, {ratio.get('high')}]" if ratio.get("ratio") is not None else "-"
+        what = (f"died: {c.get('cause')}" if c.get("died") else "; ".join(c["missed"]) or (ratio.get("verdict") or "measured"))
+        lines.append(f"| {c['rung']} | {_changes_text(c['changes'])} | {_fmt((c.get('figures') or {}).get(FIGURE))} | {span} | "
+                     f"{_fmt((c.get('figures') or {}).get('ttft_p95'), 1000, 0)} | {_fmt(c.get('start_seconds'))} | {what} |")
+    lines += ["", f"## Dropped by the planner ({len(result['dropped'])})", "", "| changes | binds | why |", "|---|---|---|"]
+    for d in result["dropped"]:
+        lines.append(f"| {_changes_text(changes_of(result, d['params']))} | {d.get('binding')} | {str(d.get('why')).replace('|', '/')} |")
+    return "\n".join(lines) + "\n"
+
+
+def changes_of(result: dict, params: dict) -> dict:
+    base = next((c["params"] for c in result["candidates"] if not c["changes"]), None)
+    if base is None:
+        return {k: params.get(k) for k in KNOBS if k in result["space"]}
+    return changes(base, params)
+
+
+def _changes_text(found: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in found.items()) or "(the base)"
+
+
+def pareto(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The points no other beats on both: lower x (TTFT) and higher y (tokens/s), by x."""
+    front = []
+    for x, y in sorted(points, key=lambda p: (p[0], -p[1])):
+        if not front or y > front[-1][1]:
+            front.append((x, y))
+    return front
+
+
+def svg(result: dict, width: int = 640, height: int = 420) -> str:
+    """Throughput against TTFT p95 for every measured candidate (its longest measurement), the base,
+    the service level's limits and the Pareto front, as an SVG image."""
+    pts = [((c["figures"]["ttft_p95"] or 0) * 1000, c["figures"][FIGURE] or 0, c)
+           for c in result["candidates"] if c.get("ok") and c.get("figures")]
+    refs = [((c["reference"]["ttft_p95"] or 0) * 1000, c["reference"][FIGURE] or 0) for c in result["candidates"]
+            if c.get("ok") and c.get("reference")]
+    goal = result["objective"]
+    xs = [p[0] for p in pts] + [r[0] for r in refs] + ([goal["ttft_p95_ms"]] if goal.get("ttft_p95_ms") else [])
+    ys = [p[1] for p in pts] + [r[1] for r in refs] + ([goal["min_output_tokens_per_s"]] if goal.get("min_output_tokens_per_s") else [])
+    left, right, top, bottom = 70, 20, 30, 50
+    x_max, y_max = (max(xs) * 1.1 if xs else 1.0), (max(ys) * 1.1 if ys else 1.0)
+
+    def px(x: float) -> float:
+        return left + (width - left - right) * x / (x_max or 1)
+
+    def py(y: float) -> float:
+        return height - bottom - (height - top - bottom) * y / (y_max or 1)
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="12">',
+           f'<rect width="{width}" height="{height}" fill="white"/>',
+           f'<text x="{left}" y="18">Tune around {result["base"]}: output tokens/s against TTFT p95</text>',
+           f'<line x1="{left}" y1="{height - bottom}" x2="{width - right}" y2="{height - bottom}" stroke="black"/>',
+           f'<line x1="{left}" y1="{top}" x2="{left}" y2="{height - bottom}" stroke="black"/>',
+           f'<text x="{(width + left) / 2:.0f}" y="{height - 12}" text-anchor="middle">TTFT p95 (ms)</text>',
+           f'<text x="16" y="{(height) / 2:.0f}" transform="rotate(-90 16 {height / 2:.0f})" text-anchor="middle">output tokens/s</text>']
+    for i in range(6):
+        xv, yv = x_max * i / 5, y_max * i / 5
+        out.append(f'<text x="{px(xv):.1f}" y="{height - bottom + 16}" text-anchor="middle">{xv:.0f}</text>')
+        out.append(f'<text x="{left - 6}" y="{py(yv) + 4:.1f}" text-anchor="end">{yv:.0f}</text>')
+    if goal.get("ttft_p95_ms"):
+        x = px(goal["ttft_p95_ms"])
+        out.append(f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{height - bottom}" stroke="red" stroke-dasharray="4 3"/>')
+        out.append(f'<text x="{x + 4:.1f}" y="{top + 12}" fill="red">TTFT p95 limit</text>')
+    if goal.get("min_output_tokens_per_s"):
+        y = py(goal["min_output_tokens_per_s"])
+        out.append(f'<line x1="{left}" y1="{y:.1f}" x2="{width - right}" y2="{y:.1f}" stroke="red" stroke-dasharray="4 3"/>')
+        out.append(f'<text x="{width - right - 4}" y="{y - 4:.1f}" fill="red" text-anchor="end">tokens/s floor</text>')
+    front = pareto([(x, y) for x, y, _c in pts])
+    if len(front) > 1:
+        path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in front)
+        out.append(f'<polyline points="{path}" fill="none" stroke="green" stroke-width="1.5"/>')
+    for x, y in refs:
+        out.append(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="none" stroke="gray"/>')
+    winner = (result.get("winner") or {}).get("key")
+    for x, y, c in pts:
+        colour = "blue" if c["key"] == winner else ("black" if not c["missed"] else "orange")
+        out.append(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="{6 if c["key"] == winner else 4}" fill="{colour}">'
+                   f'<title>{_changes_text(c["changes"])}</title></circle>')
+    out.append(f'<text x="{width - right}" y="{top + 28}" text-anchor="end">blue: winner, black: meets the level, '
+               'orange: misses it, gray rings: the base, green: Pareto front</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"

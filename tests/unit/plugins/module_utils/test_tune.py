@@ -1,0 +1,227 @@
+"""The tune's search (_tune.Tune) on a fake host: a planner that refuses some points, trials
+whose speed is a function of their settings with seeded noise on each round, compared by the
+real statistics (_stats). What it must do: never launch what the planner refuses, find a
+configuration that beats the base where one exists and say none does where none does, spend at
+most its launches, keep what it measured for the next run, and refuse bad settings before a
+server starts."""
+
+from __future__ import annotations
+
+import random
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from ansible_collections.inferops.sglang.plugins.module_utils import _stats, _tune
+
+BASE = {"speculative_algorithm": "NEXTN", "speculative_num_steps": 3, "speculative_eagle_topk": 1,
+        "speculative_num_draft_tokens": 4, "context_length": 32768, "max_running_requests": 4,
+        "mem_fraction_static": 0.85, "cuda_graph": False}
+GOAL = {"concurrency": 8, "max_tokens": 64}
+
+
+def planner(params: dict) -> dict:
+    """Fits up to mem_fraction_static 0.88 (above it, too little outside the pool, more so with
+    CUDA graphs); the KV tokens grow with the static share."""
+    mfs = params["mem_fraction_static"]
+    limit = 0.88 - (0.03 if params.get("cuda_graph") else 0)
+    if mfs > limit:
+        return {"fits": False, "binding": "dynamic", "reason": f"too little memory outside the static pool at {mfs}"}
+    return {"fits": True, "binding": None, "reason": "fits", "max_total_tokens": int((mfs - 0.6) * 4000),
+            "max_running_requests": params.get("max_running_requests") or 48}
+
+
+def speed(params: dict) -> float:
+    """Tokens/s of a server with these settings under the goal's load (the fake's truth)."""
+    running = min(8, params.get("max_running_requests") or 48, int((params["mem_fraction_static"] - 0.6) * 4000) // 96)
+    rate = 100.0 * running / 8
+    if params.get("cuda_graph"):
+        rate *= 1.3 if (params.get("cuda_graph_max_bs") or 99) >= running else 1.0
+    steps = params.get("speculative_num_steps") or 3
+    rate *= {1: 0.8, 2: 0.95, 3: 1.0, 4: 1.04, 5: 1.02}[steps]
+    return rate
+
+
+class FakeTrials:
+    def __init__(self, noise: float = 0.03, seed: int = 1, truth=speed, dies=lambda p: False, clock_step: float = 30.0) -> None:
+        self.rng, self.noise, self.truth, self.dies = random.Random(seed), noise, truth, dies
+        self.running: dict[str, dict] = {}
+        self.started: list[tuple[str, dict]] = []
+        self.now, self.clock_step = 0.0, clock_step
+        self.events: list[dict] = []
+
+    def start(self, role, params):
+        self.now += self.clock_step
+        self.started.append((role, dict(params)))
+        if self.dies(params):
+            return {"ready": False, "seconds": 0.4, "cause": "CUDA out of memory in cuda_graph capture", "verdict": "oom"}
+        self.running[role] = params
+        return {"ready": True, "seconds": 12.0, "signals": {}}
+
+    def stop(self, role):
+        self.running.pop(role, None)
+
+    def compare(self, load):
+        ref, cand = self.truth(self.running["reference"]), self.truth(self.running["candidate"])
+        pairs = max(2, load["rounds"])
+        r = [ref * (1 + self.rng.gauss(0, self.noise)) for _ in range(pairs)]
+        c = [cand * (1 + self.rng.gauss(0, self.noise)) for _ in range(pairs)]
+        ttft = lambda p: 0.05 * 8 / max(1, min(8, p.get("max_running_requests") or 48))  # noqa: E731
+        interval = _stats.ratio_interval(r, c)
+        check = dict(interval, figure="output_tokens_per_s", verdict=_stats.verdict(interval, True))
+        return {"ok": True, "figures": {"output_tokens_per_s": sorted(c)[pairs // 2], "ttft_p95": ttft(self.running["candidate"])},
+                "reference": {"figures": {"output_tokens_per_s": sorted(r)[pairs // 2], "ttft_p95": ttft(self.running["reference"])}},
+                "comparison": {"checks": [check]}, "seconds": 1.0}
+
+    def time(self):
+        return self.now
+
+    def progress(self, event):
+        self.events.append(event)
+
+
+def tune(trials, goal=None, space=None, budget=None, store=None, base=None) -> dict:
+    return _tune.Tune("nextn", base or BASE, dict(GOAL, **(goal or {})), space, budget or {"trials": 12},
+                      planner, trials, store=store).run()
+
+
+def test_the_planner_drops_what_does_not_fit_and_nothing_dropped_is_launched():
+    trials = FakeTrials()
+    result = tune(trials)
+    dropped = {d["key"] for d in result["dropped"]}
+    launched = [p for role, p in trials.started if role == "candidate"]
+    assert dropped and launched
+    assert all(planner(p)["fits"] for p in launched)
+    assert not dropped & {_tune.key_of(p) for p in launched}
+    # each dropped point says what binds
+    assert all(d["binding"] == "dynamic" and "outside the static pool" in d["why"] for d in result["dropped"])
+
+
+def test_it_finds_a_better_configuration_within_its_launches_and_close_to_the_grids_best():
+    trials = FakeTrials()
+    result = tune(trials, budget={"trials": 12})
+    assert result["verdict"] == "better", result["msg"]
+    assert result["launches"] <= 12 and sum(result["rungs"]) <= 12
+    # the exhaustive grid's best, from the fake's truth, over every point the planner lets through
+    points = [p for p in _tune.grid(_tune.normalise(BASE), _tune.default_space(_tune.normalise(BASE), _tune.objective(GOAL)))
+              if planner(p)["fits"]]
+    best = max(speed(p) for p in points)
+    winner = result["winner"]["params"]
+    assert speed(winner) >= 0.95 * best
+    assert result["fit"] > 3 * 12 // 2  # most of the grid never launched
+    ratio = result["winner"]["ratio"]
+    assert ratio["verdict"] == "better" and ratio["low"] > 1
+
+
+def test_it_says_none_beats_the_base_where_none_does():
+    trials = FakeTrials(truth=lambda p: 100.0)  # every configuration serves alike
+    result = tune(trials, budget={"trials": 6})
+    assert result["verdict"] == "none" and result["winner"] is None
+    assert "nothing beats nextn beyond noise" in result["msg"]
+    assert _tune.winner_variant(result, "nextn-tuned", "r1", {}) is None
+
+
+def test_a_candidate_that_dies_is_recorded_with_its_cause_and_never_wins():
+    trials = FakeTrials(dies=lambda p: p.get("cuda_graph") and p.get("speculative_num_steps") == 4)
+    result = tune(trials)
+    assert result["deaths"] and all("out of memory" in d["cause"] for d in result["deaths"])
+    assert result["winner"]["params"].get("speculative_num_steps") != 4 or not result["winner"]["params"]["cuda_graph"]
+    died = [c for c in result["candidates"] if c["died"]]
+    assert died and all(c["cause"] and c["start_seconds"] == 0.4 for c in died)
+
+
+def test_a_rerun_reuses_what_was_measured():
+    store: dict = {}
+    first = tune(FakeTrials(), store=store)
+    trials = FakeTrials(seed=2)
+    second = tune(trials, store=store)
+    assert first["launches"] > 0 and second["launches"] == 0 and second["reused"] == first["launches"]
+    assert [role for role, _p in trials.started] == ["reference"]
+    assert second["winner"]["key"] == first["winner"]["key"]
+
+
+def test_the_service_level_decides_before_the_throughput():
+    # a TTFT limit only candidates that run all 8 requests at once meet; the base (4) misses it
+    result = tune(FakeTrials(), goal={"ttft_p95_ms": 60})
+    assert result["verdict"] == "better"
+    assert not result["winner"]["missed"]
+    assert (result["winner"]["params"].get("max_running_requests") or 48) >= 8
+    # a limit nobody meets: none, naming what the best missed
+    result = tune(FakeTrials(), goal={"ttft_p95_ms": 10})
+    assert result["verdict"] == "none" and "no candidate meets the service level" in result["msg"]
+
+
+def test_the_time_budget_ends_the_search_with_what_was_measured():
+    trials = FakeTrials(clock_step=300.0)  # five minutes a launch
+    result = tune(trials, budget={"trials": 12, "minutes": 16})
+    assert result["launches"] <= 3 and "ran out" in result["note"]
+
+
+def test_a_base_that_does_not_start_ends_the_tune_before_any_candidate():
+    trials = FakeTrials(dies=lambda p: p == _tune.normalise(BASE))
+    result = tune(trials)
+    assert result["verdict"] == "none" and "did not start in the trial slot" in result["msg"]
+    assert [role for role, _p in trials.started] == ["reference"]
+
+
+@pytest.mark.parametrize("kw,error", [
+    ({"goal": {"concurrency": 0}}, "objective.concurrency"),
+    ({"goal": {"ttft_p95_ms": -1}}, "objective.ttft_p95_ms"),
+    ({"goal": {"latency": 1}}, "unknown objective field"),
+    ({"space": {"tensor_parallel": [1, 2]}}, "not a setting a tune moves"),
+    ({"space": {"mem_fraction_static": [1.2]}}, "between 0 and 1"),
+    ({"space": {"cuda_graph": ["yes"]}}, "true and false"),
+    ({"space": {"max_running_requests": []}}, "non-empty list"),
+    ({"budget": {"trials": 0}}, "budget.trials"),
+])
+def test_bad_settings_are_refused_before_any_server_starts(kw, error):
+    trials = FakeTrials()
+    with pytest.raises(_tune.TuneError, match=error):
+        tune(trials, **kw)
+    assert trials.started == []
+
+
+def test_a_required_context_length_drops_shorter_points_before_the_planner():
+    result = tune(FakeTrials(), space={"context_length": [8192, 32768], "max_running_requests": [4, 8]},
+                  goal={"context_length": 16384})
+    short = [d for d in result["dropped"] if d["binding"] == "context_length"]
+    assert len(short) == 2 and all("below the 16384 tokens" in d["why"] for d in short)
+
+
+def test_the_grid_normalises_and_counts_each_configuration_once():
+    points = _tune.grid(_tune.normalise(BASE), {"cuda_graph": [True, False], "cuda_graph_max_bs": [8, 16],
+                                               "speculative_num_steps": [2, 3]})
+    # without graphs the graph batch means nothing: 2 x 2 with graphs, 2 without, the base among them
+    assert len(points) == 6
+    assert all(p["speculative_num_draft_tokens"] == p["speculative_num_steps"] + 1 for p in points)
+    assert all(p["cuda_graph_max_bs"] is None for p in points if not p["cuda_graph"])
+
+
+def test_rung_sizes_halve_by_three_within_the_launches():
+    assert _tune.rung_sizes(40, 12) == [8, 3, 1]
+    assert _tune.rung_sizes(2, 12) == [2, 1, 1]
+    assert sum(_tune.rung_sizes(100, 30)) <= 30
+    assert _tune.rung_sizes(0, 12) == [0]
+
+
+def test_the_report_and_the_plot_show_every_measured_candidate_and_the_front():
+    result = tune(FakeTrials(), goal={"ttft_p95_ms": 60})
+    text = _tune.markdown(result, "r1", "ct129")
+    measured = [c for c in result["candidates"] if c["rung"] > 0]
+    assert text.count("\n| ") >= len(measured) + len(result["dropped"])
+    assert "**BETTER**" in text and "Dropped by the planner" in text
+    image = ET.fromstring(_tune.svg(result))
+    circles = image.findall("{http://www.w3.org/2000/svg}circle")
+    assert len([c for c in circles if c.get("fill") != "none"]) == len([c for c in measured if c["ok"]])
+    assert any(c.get("fill") == "blue" for c in circles)
+    assert _tune.pareto([(1, 10), (2, 5), (3, 20), (2, 15)]) == [(1, 10), (2, 15), (3, 20)]
+
+
+def test_the_winner_is_a_variant_that_inherits_the_base_with_its_provenance():
+    result = tune(FakeTrials())
+    variant = _tune.winner_variant(result, "nextn-tuned", "r1", {"sglang_version": "0.5.11", "host": "ct129"})
+    entry = variant["nextn-tuned"]
+    assert entry["inherits"] == "nextn"
+    assert {k: entry[k] for k in result["winner"]["changes"]} == result["winner"]["changes"]
+    assert entry["provenance"]["run"] == "r1" and entry["provenance"]["sglang_version"] == "0.5.11"
+    assert entry["provenance"]["ratio"]["verdict"] == "better"
