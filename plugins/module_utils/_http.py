@@ -317,6 +317,14 @@ class _Connection(http.client.HTTPConnection):
             self.raw = None
 
 
+def port_of(url: str | None) -> int | None:
+    """A URL's port, None when it names none or is not one."""
+    try:
+        return urlsplit(url or "").port
+    except ValueError:
+        return None
+
+
 def url_of(argv: list[str] | None, default: str | None = None) -> str | None:
     """The URL a server started with these flags answers on (--host/--port);
     ``default`` when the flags do not say (a service the role did not render)."""

@@ -40,6 +40,7 @@ from ansible_collections.inferops.sglang.plugins.module_utils import _inputs
 from ansible_collections.inferops.sglang.plugins.module_utils import _memplan
 from ansible_collections.inferops.sglang.plugins.module_utils import _model_config
 from ansible_collections.inferops.sglang.plugins.module_utils import _model_stage as ms
+from ansible_collections.inferops.sglang.plugins.module_utils import _process_watch
 from ansible_collections.inferops.sglang.plugins.module_utils import _prom_targets
 from ansible_collections.inferops.sglang.plugins.module_utils import _slots
 from ansible_collections.inferops.sglang.plugins.module_utils import _state_files
@@ -363,7 +364,7 @@ def slot_decision(p: dict, host: dict, run_command) -> dict | None:
     the deploy lock."""
     slots = p.get("slots")
     service = p["service_name"] if p["service_name"].endswith(".service") else f"{p['service_name']}.service"
-    base = service[:-len(".service")]
+    base = _slots.base_of(service)
     current = _state_files.read_json(os.path.join(p["state_dir"], base, "current.json"))
     unit = (current or {}).get("unit") or service
     if not slots or not p.get("gateway"):
@@ -373,8 +374,7 @@ def slot_decision(p: dict, host: dict, run_command) -> dict | None:
                    "gateway) on this host. Nothing was changed")
             raise Refused(msg, errors=[msg])
         return None
-    rc, out, _err = run_command(["systemctl", "show", "-p", "ActiveState", "--", unit])
-    live = _slots.live_of(current, service, rc == 0 and "ActiveState=active" in out.split())
+    live = _slots.live_of(current, service, _process_watch.unit_state(run_command, unit)["active"])
     settings, sources = host["settings"], host.get("sources") or {}
     given = list(settings["gpu_devices"]) if sources.get("gpu_devices") == "override" else None
     busy: dict[int, int] = {}

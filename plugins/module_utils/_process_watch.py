@@ -93,6 +93,13 @@ class NoWatcher:
         return {"kind": "none"}
 
 
+def unit_state(run_command, unit: str) -> dict:
+    """Whether a systemd unit is active and loaded (``systemctl show``; both false when it cannot say)."""
+    rc, out, _err = run_command(["systemctl", "show", "-p", "ActiveState,LoadState", "--", unit])
+    props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line) if rc == 0 else {}
+    return {"active": props.get("ActiveState") == "active", "loaded": props.get("LoadState") == "loaded"}
+
+
 class UnitWatcher(NoWatcher):
     """A systemd unit: ActiveState/SubState, MainPID, NRestarts, and its journal
     from the start of the current activation, or from ``log_since`` (seconds since

@@ -18,8 +18,8 @@ inputs); nothing here does I/O.
 
 from __future__ import annotations
 
-import urllib.parse
 
+from ansible_collections.inferops.sglang.plugins.module_utils import _http
 from ansible_collections.inferops.sglang.plugins.module_utils._http import url_of
 
 SLOTS = ("blue", "green")
@@ -36,25 +36,23 @@ def other(slot: str) -> str:
     return SLOTS[1 - SLOTS.index(slot)]
 
 
+def base_of(service: str) -> str:
+    """The service's name without ``.service`` (``sglang.service`` -> ``sglang``)."""
+    return service[:-len(".service")] if service.endswith(".service") else service
+
+
 def unit_of(service: str, slot: str) -> str:
     """The unit of ``slot`` for the service unit ``service`` (``sglang.service``): blue is the service's
     own unit, green ``<base>-green.service``."""
     if slot not in SLOTS:
         raise SlotError(f"a slot is one of {', '.join(SLOTS)}, got {slot!r}")
-    base = service[:-len(".service")] if service.endswith(".service") else service
+    base = base_of(service)
     return f"{base}.service" if slot == "blue" else f"{base}-green.service"
 
 
 def port_of(slot: str, ports: dict) -> int:
     """The slot's server port: ``ports`` {blue: N, green: M}."""
     return int(ports[slot])
-
-
-def port_in(url: str | None) -> int | None:
-    try:
-        return urllib.parse.urlsplit(url or "").port
-    except ValueError:
-        return None
 
 
 def live_of(current: dict | None, service: str, active: bool) -> dict | None:
@@ -98,7 +96,7 @@ def decide(live: dict | None, params: dict | None, tp_size: int, pool: list[int]
         return in_place("nothing is deployed yet: the first deploy starts the blue slot in place")
     if marker is not None and marker.get("mode") != "blue_green":
         return in_place(f"an interrupted in-place switch (state {marker.get('state')}) is repaired in place")
-    live_port = port_in(live["url"])
+    live_port = _http.port_of(live["url"])
     if live_port != ports[live["slot"]]:
         return in_place(f"{live['variant']} listens on {live['url']}, not on slot {live['slot']}'s port "
                         f"{ports[live['slot']]}: it moves there (behind the gateway) in place first")

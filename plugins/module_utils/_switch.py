@@ -39,7 +39,6 @@ import posixpath
 import shutil
 import subprocess
 import time
-import urllib.parse
 
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
@@ -403,14 +402,6 @@ class Settings:
 
 def _sha1(data: bytes | None) -> str | None:
     return None if data is None else hashlib.sha1(data).hexdigest()
-
-
-def _port(url: str) -> int | None:
-    """A URL's port, None when it names none or is not one."""
-    try:
-        return urllib.parse.urlsplit(url).port
-    except ValueError:
-        return None
 
 
 def file_problems(files: list, option: str) -> list[str]:
@@ -858,7 +849,7 @@ class Switch:
             return "skipped"
         worker = self._worker_of(self.before.get("url") or self.s.url)
         self.gateway_log = {"url": g["url"], "worker": worker}
-        if not g.get("worker_url") and _port(worker) == _port(g["url"]):
+        if not g.get("worker_url") and _http.port_of(worker) == _http.port_of(g["url"]):
             # the first switch behind a gateway: the running server holds the gateway's port until it stops
             # (the gateway's unit binds it then), so clients lose it from the stop, as without a gateway
             self.gateway_log["out"] = {"removed": False, "migrating": True}
@@ -1529,9 +1520,7 @@ class SystemHost:
         return out
 
     def unit_state(self, unit: str) -> dict:
-        rc, out, _err = self.run_command(["systemctl", "show", "-p", "ActiveState,LoadState", "--", unit])
-        props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line) if rc == 0 else {}
-        return {"active": props.get("ActiveState") == "active", "loaded": props.get("LoadState") == "loaded"}
+        return _process_watch.unit_state(self.run_command, unit)
 
     def stop(self, unit: str) -> None:
         self._systemctl("stop", "--", unit)

@@ -50,6 +50,8 @@ PARAMS = {
     "cuda_graph_max_bs": ((int, type(None)), "largest batch captured in a CUDA graph"),
     "extra_args": ((list,), "further server flags, as a list of strings"),
     "gate_timeout": ((int, float), "seconds the readiness gate waits for this variant"),
+    "provenance": ((dict,), "where a tune found this variant (its run, figures, SGLang version and build); "
+                   "kept in the records, never passed to SGLang"),
     "perf_thresholds": ((dict,), "the performance gate's limits on new / known-good for this variant, e.g. "
                         "{output_tokens_per_s: 1.0}"),
 }

@@ -467,3 +467,9 @@ def test_a_stalled_tls_handshake_ends_at_the_deadline(serve):
     resp, elapsed = timed(h.Client(f"https://127.0.0.1:{serve(stall).port}", None, False, 0.5), "GET", "/health")
     assert resp.kind == "timeout" and 0.45 <= elapsed < 1.0, elapsed
     assert "(TLS handshake not done in 0.5 s)" in resp.error
+
+
+@pytest.mark.parametrize("url,port", [("http://127.0.0.1:30001", 30001), ("http://h/x", None), ("http://h:99999", None),
+                                      ("", None), (None, None)])
+def test_port_of_a_url_or_none(url, port):
+    assert h.port_of(url) == port

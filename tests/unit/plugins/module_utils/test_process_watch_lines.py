@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
+from ansible_collections.inferops.sglang.plugins.module_utils import _process_watch
 from ansible_collections.inferops.sglang.plugins.module_utils._process_watch import PidWatcher, UnitWatcher
 
 
@@ -27,3 +30,19 @@ def test_the_journals_lines_come_without_terminal_control():
     watcher = UnitWatcher("sglang-qwen.service", run_command)
     lines, cursor = watcher._journal([f"_SYSTEMD_UNIT={watcher.unit}"], None)  # pylint: disable=protected-access
     assert (lines, cursor) == (["ok line", "bytes \ufffd?", "two", "lines"], "c3")
+
+
+@pytest.mark.parametrize("rc,out,state", [
+    (0, "ActiveState=active\nLoadState=loaded\n", {"active": True, "loaded": True}),
+    (0, "ActiveState=failed\nLoadState=loaded\n", {"active": False, "loaded": True}),
+    (0, "ActiveState=inactive\nLoadState=not-found\n", {"active": False, "loaded": False}),
+    (1, "ActiveState=active\n", {"active": False, "loaded": False}),
+])
+def test_unit_state_reads_systemctl_show(rc, out, state):
+    calls = []
+
+    def run_command(argv):
+        calls.append(argv)
+        return rc, out, ""
+    assert _process_watch.unit_state(run_command, "sglang-green.service") == state
+    assert calls == [["systemctl", "show", "-p", "ActiveState,LoadState", "--", "sglang-green.service"]]

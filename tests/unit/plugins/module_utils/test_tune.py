@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from ansible_collections.inferops.sglang.plugins.module_utils import _stats, _tune
+from ansible_collections.inferops.sglang.plugins.module_utils import _stats, _tune, _variants
 
 BASE = {"speculative_algorithm": "NEXTN", "speculative_num_steps": 3, "speculative_eagle_topk": 1,
         "speculative_num_draft_tokens": 4, "context_length": 32768, "max_running_requests": 4,
@@ -225,3 +225,9 @@ def test_the_winner_is_a_variant_that_inherits_the_base_with_its_provenance():
     assert {k: entry[k] for k in result["winner"]["changes"]} == result["winner"]["changes"]
     assert entry["provenance"]["run"] == "r1" and entry["provenance"]["sglang_version"] == "0.5.11"
     assert entry["provenance"]["ratio"]["verdict"] == "better"
+    # it resolves over the base in the variant table and passes the table's checks
+    table = {"nextn": dict(BASE, disable_radix_cache=True), **variant}
+    _name, params = _variants.resolve("nextn-tuned", table)
+    assert _variants.check(params) == []
+    assert params["mem_fraction_static"] == result["winner"]["params"]["mem_fraction_static"]
+    assert "provenance" not in " ".join(_variants.argv(params, {"model_path": "/m", "tp_size": 2}, (0, 5, 11)))
