@@ -306,6 +306,8 @@ def server_address(p: dict) -> tuple[str, int]:
     """Where the server listens: the service's address, or behind the host's gateway (``p["gateway"]``,
     which then takes the service's address) loopback on a port of its own."""
     gateway, slot = p.get("gateway"), p.get("slot")
+    if p.get("trial"):
+        return "127.0.0.1", int(p["trial"]["port"])
     if gateway and slot:
         return "127.0.0.1", int(slot["port"])
     return ("127.0.0.1", int(gateway["server_port"])) if gateway else (p["bind_host"], p["port"])
@@ -355,6 +357,57 @@ def slot_problems(p: dict) -> list[str]:
              "gateway.metrics_port": gateway.get("metrics_port")}
     same = [name for name, value in taken.items() if value == port]
     return [f"the green slot's port {port} is also {', '.join(same)}"] if same else []
+
+
+def trial_problems(p: dict) -> list[str]:
+    """A tune's two trial ports (``p["trials"]``): ports, different, none the service's, its gateway's or a slot's."""
+    trials = p.get("trials")
+    if not trials:
+        return []
+    ports = trials.get("ports")
+    if not isinstance(ports, list) or len(ports) != 2 or any(
+            isinstance(x, bool) or not isinstance(x, int) or not 1 <= x <= 65535 for x in ports):
+        return [f"trials.ports must be two ports in [1, 65535] (the reference's, the candidate's), got {ports!r}"]
+    if ports[0] == ports[1]:
+        return [f"trials.ports must differ, got {ports}"]
+    gateway, slots = p.get("gateway") or {}, p.get("slots") or {}
+    taken = {"port": p["port"], "gateway.server_port": gateway.get("server_port"),
+             "gateway.metrics_port": gateway.get("metrics_port"), "slots.green_port": slots.get("green_port")}
+    return [f"the trial port {port} is also {', '.join(n for n, v in taken.items() if v == port)}"
+            for port in ports if port in taken.values()]
+
+
+def trial_decision(p: dict, host: dict, run_command) -> list[dict]:
+    """Where a tune's reference and candidate run (``_slots.trial_groups``): beside the live slot that
+    current.json names, on the host manifest's usable GPUs (or the inventory's) that hold less than the
+    release threshold now. Refused when the service was never deployed (the trial units use its
+    installed --config and logging files) or when the GPUs do not hold both. Read-only."""
+    service = p["service_name"] if p["service_name"].endswith(".service") else f"{p['service_name']}.service"
+    current = _state_files.read_json(os.path.join(p["state_dir"], _slots.base_of(service), "current.json"))
+    if not isinstance(current, dict) or not current.get("variant"):
+        msg = (f"{service} was never deployed on this host: a tune runs beside the deployed service and its trial "
+               "units use its installed --config and logging files; deploy a variant first. Nothing was changed")
+        raise Refused(msg, errors=[msg])
+    unit = current.get("unit") or service
+    live = _slots.live_of(current, service, _process_watch.unit_state(run_command, unit)["active"])
+    settings = host["settings"]
+    busy: dict[int, int] = {}
+    pool = hm.usable_gpus(host.get("manifest"))
+    if p["check_gpus"]:
+        found = gpu_mod.read_inventory(run_command)
+        busy = {g["index"]: g.get("memory_used_mib") or 0 for g in found["gpus"] if g.get("index") is not None}
+        # without a host manifest: the GPUs nvidia-smi can open now
+        pool = pool or [g["index"] for g in found["gpus"] if g.get("usable", True) and g.get("index") is not None]
+    threshold = int((p.get("settings") or {}).get("sglang_service_release_threshold_mib") or 1024)
+    # the inventory's GPUs (sglang_service_gpu_devices) are the live service's: trials go beside them
+    found_groups = _slots.trial_groups(live, int(settings["tp_size"] or 0), pool, busy, threshold,
+                                       bool(p["check_gpus"]), list(settings["gpu_devices"]))
+    if found_groups["groups"] is None:
+        msg = f"no room for a tune beside {live['variant'] if live else 'the service'}: {found_groups['why']}. Nothing was changed"
+        raise Refused(msg, errors=[msg])
+    return [{"role": role, "unit": _slots.trial_unit(service, role), "port": port, "gpus": gpus,
+             "why": found_groups["why"], "live": live}
+            for role, port, gpus in zip(_slots.TRIAL_ROLES, p["trials"]["ports"], found_groups["groups"])]
 
 
 def slot_decision(p: dict, host: dict, run_command) -> dict | None:
@@ -422,6 +475,7 @@ def host_facts(p: dict, run_command) -> dict:
         errors.append(f"port must be in [1, 65535], got {p['port']}")
     errors.extend(gateway_problems(p))
     errors.extend(slot_problems(p))
+    errors.extend(trial_problems(p))
     errors.extend(variants_mod.read_write_path_problems(p["read_write_paths"]))
     model = _model(p["model_path"], "model_path", errors)
     draft_errors: list[str] = []

@@ -136,3 +136,40 @@ def decide(live: dict | None, params: dict | None, tp_size: int, pool: list[int]
                         f"free: {free}{detail}")
     gpus = free[:tp_size]
     return beside(gpus, f"beside {live['variant']} in slot {live['slot']} (GPUs {sorted(held)}), on free GPUs {gpus}")
+
+
+TRIAL_ROLES = ("reference", "candidate")
+
+
+def trial_unit(service: str, role: str) -> str:
+    """The unit a tune runs ``role`` (reference or candidate) in: ``<base>-tune-<role>.service``."""
+    if role not in TRIAL_ROLES:
+        raise SlotError(f"a trial role is one of {', '.join(TRIAL_ROLES)}, got {role!r}")
+    return f"{base_of(service)}-tune-{role}.service"
+
+
+def trial_groups(live: dict | None, tp_size: int, pool: list[int], busy: dict[int, int], threshold_mib: int,
+                 check_gpus: bool, own: list[int]) -> dict:
+    """Where a tune's two trial servers run beside the live service: ``groups`` (reference's GPUs,
+    candidate's GPUs), or None with ``why``. Each needs ``tp_size`` of the ``pool``'s GPUs that the
+    live slot does not use, each holding less than ``threshold_mib`` now (as ``decide`` reads them);
+    without check_gpus both get the deploy's own devices (``own``), and the answer says that nothing
+    was checked."""
+    held = set(live["gpus"]) if live and live.get("active") else set()
+    devices = list(pool)
+    if not check_gpus:
+        own = list(own)
+        return {"groups": [own, own], "why": f"check_gpus is false: both trial servers get the devices {own}, "
+                                             "neither read nor shared out"}
+    free = [g for g in devices if g not in held and busy.get(g, 0) < threshold_mib]
+    need = 2 * tp_size
+    if tp_size < 1 or len(free) < need:
+        taken = [g for g in devices if g not in held and busy.get(g, 0) >= threshold_mib]
+        detail = f"; {', '.join(f'GPU {g} holds {busy[g]} MiB' for g in taken)}" if taken else ""
+        return {"groups": None,
+                "why": (f"a tune runs the base and each candidate at once beside the live service: TP {tp_size} needs "
+                        f"{need} free GPUs{f' besides the live slot (GPUs {sorted(held)})' if held else ''}; the usable "
+                        f"ones are {devices}, free: {free}{detail}")}
+    return {"groups": [free[:tp_size], free[tp_size:need]],
+            "why": f"reference on GPUs {free[:tp_size]}, candidates on GPUs {free[tp_size:need]}"
+                   + (f", beside the live slot (GPUs {sorted(held)})" if held else "")}

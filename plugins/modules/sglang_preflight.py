@@ -131,6 +131,22 @@ options:
         description: The green slot's server port on loopback (the blue slot's is O(gateway.server_port)).
         type: int
         required: true
+  trials:
+    description:
+      - A tune's two trial servers (the playbook tune.yml): the reference (the variant O(name)) and the candidates run in
+        units of their own, C(<service>-tune-reference.service) and C(<service>-tune-candidate.service), beside the
+        live service, each on O(tp_size) of the host manifest's usable GPUs that the live slot does not use and that hold
+        less than the release threshold now. Refused when the service was never deployed, or when the GPUs do not hold
+        both.
+      - The result's C(trials) lists both (C(role), C(unit), C(port), C(url), C(gpus), C(gpu_nodes), C(why), C(render):
+        the variant rendered on that port, with its memory plan on those GPUs); C(variant) is the reference's.
+    type: dict
+    suboptions:
+      ports:
+        description: The reference's and the candidate's server ports on loopback.
+        type: list
+        elements: int
+        required: true
   gateway_url:
     description:
       - A fleet's gateway on another host in front of this server (the role's C(sglang_service_gateway_url)), checked
@@ -270,6 +286,11 @@ variant:
       C(memory_warnings), C(url), C(baseline)), and C(gateway) and C(slot) (null without O(gateway), O(slots)).
   returned: success
   type: dict
+trials:
+  description: With O(trials), the reference's and the candidate's trial servers (see O(trials)).
+  returned: success, with O(trials)
+  type: list
+  elements: dict
 models:
   description: Each model directory checked (C(path), C(revision), C(files), C(bytes), C(msg)); empty with O(model_check=off).
   returned: success
@@ -305,20 +326,12 @@ def run(module: AnsibleModule) -> dict:
             use_environment=p["manifest_environment"], driver_proc_dir=p["driver_proc_dir"], name=p["name"],
             variants=p["variants"], aliases=p["aliases"], overrides=p["overrides"], common=p["common"]),
             module.run_command)
-        settings = host["settings"]
         step = "variant"
-        # two slots: the candidate's slot, port and GPUs, decided before anything is rendered
-        slot = _preflight.slot_decision(p, host, module.run_command)
-        if slot and slot["gpus"] is not None and slot["gpus"] != settings["gpu_devices"]:
-            settings["gpu_devices"] = slot["gpus"]
-            settings["gpu_nodes"], host["sources"]["gpu_nodes"] = hm.gpu_nodes(
-                slot["gpus"], hm.device_minors(host.get("manifest")),
-                _preflight.probed_minors(module.run_command, p["driver_proc_dir"], slot["gpus"]))
-            host["sources"]["gpu_devices"] = "slot"
-        variant = _preflight.variant(dict(
-            p, slot=slot, python=settings["python"], tp_size=settings["tp_size"], gpu_devices=settings["gpu_devices"],
-            read_write_paths=list(p["read_write_paths"] or []),
-            credentials=bool(p["api_key"] or p["admin_api_key"] or p["gateway"])), module.run_command)
+        tried = trials(module, host) if p["trials"] else None
+        if tried is not None:
+            variant = tried["variant"]
+        else:
+            variant = deploy_variant(module, host)
         warnings += variant["memory_warnings"]
         step = "model"
         models = []
@@ -329,7 +342,41 @@ def run(module: AnsibleModule) -> dict:
         module.fail_json(msg=exc.msg, step=step, **exc.result)
     for warning in exposed + warnings:
         module.warn(warning)
-    return dict(host, variant=variant, models=models)
+    return dict(host, variant=variant, models=models, **({"trials": tried["trials"]} if tried is not None else {}))
+
+
+def deploy_variant(module: AnsibleModule, host: dict) -> dict:
+    """The variant of a deploy, in its slot when the service has two (the slot decided first)."""
+    p, settings = module.params, host["settings"]
+    # two slots: the candidate's slot, port and GPUs, decided before anything is rendered
+    slot = _preflight.slot_decision(p, host, module.run_command)
+    if slot and slot["gpus"] is not None and slot["gpus"] != settings["gpu_devices"]:
+        settings["gpu_devices"] = slot["gpus"]
+        settings["gpu_nodes"], host["sources"]["gpu_nodes"] = hm.gpu_nodes(
+            slot["gpus"], hm.device_minors(host.get("manifest")),
+            _preflight.probed_minors(module.run_command, p["driver_proc_dir"], slot["gpus"]))
+        host["sources"]["gpu_devices"] = "slot"
+    return _preflight.variant(dict(
+        p, slot=slot, python=settings["python"], tp_size=settings["tp_size"], gpu_devices=settings["gpu_devices"],
+        read_write_paths=list(p["read_write_paths"] or []),
+        credentials=bool(p["api_key"] or p["admin_api_key"] or p["gateway"])), module.run_command)
+
+
+def trials(module: AnsibleModule, host: dict) -> dict:
+    """A tune's two trial servers (``trials``): each the variant rendered on its own port and GPUs (its GPU
+    nodes for the unit, its memory plan on those GPUs); ``variant`` is the reference's."""
+    p, settings = module.params, host["settings"]
+    out = []
+    for trial in _preflight.trial_decision(p, host, module.run_command):
+        gpus = trial["gpus"]
+        nodes, _source = hm.gpu_nodes(gpus, hm.device_minors(host.get("manifest")),
+                                      _preflight.probed_minors(module.run_command, p["driver_proc_dir"], gpus))
+        render = _preflight.variant(dict(
+            p, trial=trial, baseline=None, python=settings["python"], tp_size=settings["tp_size"], gpu_devices=gpus,
+            read_write_paths=list(p["read_write_paths"] or []),
+            credentials=bool(p["api_key"] or p["admin_api_key"] or p["gateway"])), module.run_command)
+        out.append(dict(trial, gpu_nodes=nodes, url=render["url"], render=render))
+    return {"variant": out[0]["render"], "trials": out}
 
 
 def main() -> None:
@@ -353,6 +400,7 @@ def main() -> None:
             gateway=dict(type="dict", options=dict(server_port=dict(type="int", required=True),
                                                    metrics_port=dict(type="int", required=True))),
             slots=dict(type="dict", options=dict(green_port=dict(type="int", required=True))),
+            trials=dict(type="dict", options=dict(ports=dict(type="list", elements="int", required=True))),
             gateway_url=dict(type="str"),
             gateway_control_key=dict(type="str", no_log=True),
             metrics=dict(type="bool", default=False),

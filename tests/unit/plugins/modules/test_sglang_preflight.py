@@ -297,3 +297,41 @@ def test_two_slots_need_the_gateway_and_a_port_of_their_own_and_a_green_live_slo
     state = live_slot(tmp_path, monkeypatch, True, slot="green", unit="sglang-qwen-green.service")
     rc, result = run(capsys, **args(ct129, name="nextn", state_dir=state))
     assert rc == 1 and "keep sglang_service_slots: true" in result["msg"]
+
+
+# -- a tune's trial servers ---------------------------------------------------------------------------------------
+
+def test_a_tune_puts_the_reference_and_the_candidate_beside_the_live_slot_on_free_gpus(ct129, capsys, monkeypatch,
+                                                                                       tmp_path):
+    """ct129's stand-in: GPU 1 lost, the live slot on 0 and 2: the reference on 3 and 4, the candidates on 5 and 6,
+    each rendered on its own port."""
+    monkeypatch.setattr(_preflight._credentials, "problem", lambda run_command: None)
+    state = live_slot(tmp_path, monkeypatch, True)
+    rc, result = run(capsys, **args(ct129, name="nextn", baseline=None, state_dir=state, trials={"ports": [30020, 30021]}))
+    assert rc == 0, result
+    reference, candidate = result["trials"]
+    assert (reference["role"], reference["unit"], reference["port"], reference["gpus"]) == (
+        "reference", "sglang-qwen-tune-reference.service", 30020, [3, 4])
+    assert (candidate["role"], candidate["unit"], candidate["port"], candidate["gpus"]) == (
+        "candidate", "sglang-qwen-tune-candidate.service", 30021, [5, 6])
+    assert reference["render"]["url"] == "http://127.0.0.1:30020" and "30020" in reference["render"]["exec_args"]
+    assert candidate["render"]["url"] == "http://127.0.0.1:30021" and "--port 30021" in candidate["render"]["exec_args"]
+    assert result["variant"] == reference["render"]
+    # the memory plan is each trial's own, on its GPUs
+    assert reference["render"]["memory_plan"]["fits"] and candidate["render"]["memory_plan"]["fits"]
+
+
+def test_a_tune_is_refused_without_a_deployed_service_or_room_or_ports_of_its_own(ct129, capsys, monkeypatch, tmp_path):
+    monkeypatch.setattr(_preflight._credentials, "problem", lambda run_command: None)
+    rc, result = run(capsys, **args(ct129, name="nextn", baseline=None, state_dir=str(tmp_path / "none"),
+                                    trials={"ports": [30020, 30021]}))
+    assert rc == 1 and "was never deployed on this host" in result["msg"]
+    state = live_slot(tmp_path, monkeypatch, True)
+    rc, result = run(capsys, **args(ct129, name="nextn", baseline=None, state_dir=state, trials={"ports": [30020, 30000]}))
+    assert rc == 1 and "the trial port 30000 is also port" in result["msg"]
+    rc, result = run(capsys, **args(ct129, name="nextn", baseline=None, state_dir=state, trials={"ports": [30020]}))
+    assert rc == 1 and "trials.ports must be two ports" in result["msg"]
+    # TP 4 on ct129: the live slot on 0, 2, and 4 more for each trial server: 7 usable GPUs cannot hold both
+    rc, result = run(capsys, **args(ct129, name="nextn", baseline=None, state_dir=state, tp_size="4",
+                                    gpu_devices="0,2,3,4", trials={"ports": [30020, 30021]}))
+    assert rc == 1 and "no room for a tune beside nextn" in result["msg"] and "needs 8 free GPUs" in result["msg"], result["msg"]

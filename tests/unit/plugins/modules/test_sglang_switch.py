@@ -16,6 +16,7 @@ from sim_helpers import run_module
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _deploy_lock
 from ansible_collections.inferops.sglang.plugins.module_utils import _deploy_metrics
+from ansible_collections.inferops.sglang.plugins.module_utils import _job
 from ansible_collections.inferops.sglang.plugins.module_utils import _switch
 from ansible_collections.inferops.sglang.plugins.modules import sglang_switch
 
@@ -388,7 +389,7 @@ def progress_of(tmp_path, clock, lock_file=None, lease=1800, path="progress.json
     module = SimpleNamespace(params=dict(progress_file=str(tmp_path / path) if path else None, lock_file=lock_file,
                                          run_id=RUN, lock_lease=lease),
                              warn=warnings.append)
-    return sglang_switch.Progress(module, (KEY,), clock=clock, wall=lambda: 1767000000.0), warnings
+    return _job.Progress(module, (KEY,), clock=clock, wall=lambda: 1767000000.0), warnings
 
 
 def test_progress_writes_the_state_its_seconds_and_the_masked_event(tmp_path):
@@ -418,7 +419,7 @@ def test_progress_clips_long_text_and_survives_an_unwritable_file(tmp_path):
     clock = Clock()
     progress, _w = progress_of(tmp_path, clock)
     progress({"gate": "x" * 1000})
-    assert len(json.loads((tmp_path / "progress.json").read_text())["event"]) == sglang_switch.TEXT_MAX
+    assert len(json.loads((tmp_path / "progress.json").read_text())["event"]) == _job.TEXT_MAX
     nowhere, _w = progress_of(tmp_path, clock, path="missing-dir/progress.json")
     nowhere({"state": "inspect"})  # OSError swallowed: the switch goes on
     assert not (tmp_path / "missing-dir").exists()
@@ -433,7 +434,7 @@ def test_progress_renews_the_lease_only_every_renew_every_seconds(tmp_path):
     first = json.loads(Path(lock).read_text())
     progress, warnings = progress_of(tmp_path, clock, lock_file=lock, lease=1800)
     for step in range(5):
-        clock.now += (sglang_switch.RENEW_EVERY - 1) / 5
+        clock.now += (_job.RENEW_EVERY - 1) / 5
         progress({"state": f"s{step}"})
     assert json.loads(Path(lock).read_text()) == first  # under RENEW_EVERY of the injected clock: no renewal
     clock.now += 1.5
@@ -441,7 +442,7 @@ def test_progress_renews_the_lease_only_every_renew_every_seconds(tmp_path):
     renewed = json.loads(Path(lock).read_text())
     assert renewed["expires"] > first["expires"] and renewed["lease_s"] == 1800 and renewed["run_id"] == RUN
     # the next renewal waits RENEW_EVERY again, counted from this one
-    clock.now += sglang_switch.RENEW_EVERY - 1
+    clock.now += _job.RENEW_EVERY - 1
     Path(lock).write_text(json.dumps(dict(renewed, expires=1234)))
     progress({"gate": "still loading"})
     assert json.loads(Path(lock).read_text())["expires"] == 1234
@@ -458,7 +459,7 @@ def test_progress_warns_once_when_the_lock_was_lost(tmp_path):
     held = Path(lock).read_bytes()
     progress, warnings = progress_of(tmp_path, clock, lock_file=lock)
     progress.renew(force=True)
-    clock.now += sglang_switch.RENEW_EVERY
+    clock.now += _job.RENEW_EVERY
     progress({"state": "gate"})
     assert len(warnings) == 1 and "lost the deploy lock" in warnings[0] and "bob@ctl-1" in warnings[0]
     assert progress.lost and Path(lock).read_bytes() == held  # another run's lock is never renewed
