@@ -547,8 +547,12 @@ def variant(p: dict, run_command) -> dict:
                        bind_host=p["bind_host"], port=p["port"], metrics_port=p["gateway"]["metrics_port"],
                        metrics_url=f"http://127.0.0.1:{p['gateway']['metrics_port']}/metrics",
                        server_port=server_port, privileged_port=p["port"] < start)
-    return dict(result, sglang_version=host["version_text"], max_position_embeddings=host["max_position_embeddings"],
-                url=url, baseline=baseline, privileged_port=privileged, gateway=gateway, slot=p.get("slot"))
+    out = dict(result, sglang_version=host["version_text"], max_position_embeddings=host["max_position_embeddings"],
+               url=url, baseline=baseline, privileged_port=privileged, gateway=gateway, slot=p.get("slot"))
+    if p.get("trial"):
+        # what a tune renders each candidate's command line with, and plans it against
+        out.update(server=host["server"], gpu_memory_mib=host["memory"])
+    return out
 
 
 # -- the model's files -----------------------------------------------------------------

@@ -1519,6 +1519,10 @@ class SystemHost:
             raise HostError(f"systemctl {' '.join(args)}: exit {rc}: {' '.join((err or out).split())[:300]}")
         return out
 
+    def systemctl(self, *args: str) -> str:
+        """systemctl with ``args``; HostError when it fails."""
+        return self._systemctl(*args)
+
     def unit_state(self, unit: str) -> dict:
         return _process_watch.unit_state(self.run_command, unit)
 

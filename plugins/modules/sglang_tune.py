@@ -1,0 +1,300 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) inferops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: sglang_tune
+short_description: Search for the configuration of an SGLang variant that serves best on this host, beside the live service
+version_added: 0.7.0
+description:
+  - Runs a tune (C(plugins/module_utils/_tune.py); C(docs/tune.md)) as one job on the host. Every point of the search
+    space around O(base) is planned first by the memory planner, and a point that does not fit is never launched (the
+    result says what binds). What fits is measured by successive halving; each measurement runs the candidate in the
+    trial unit O(trials)' candidate and the base in the reference's, both beside the live service, in interleaved
+    pairs of rounds, so its figures are ratios to the base with a 95 % interval. A candidate that dies has its
+    readiness gate's verdict as its result.
+  - The live service is never stopped, restarted, or taken out of its gateway. The trial units are started without
+    being enabled, with Restart=no, and removed at the end; a run that was killed leaves them, and the next run removes
+    them first.
+  - What was measured is kept in O(store_dir), per host, model, SGLang version, build, base settings and load; a
+    second run reuses it instead of launching again.
+  - Returns the winner (RV(verdict) V(better)) as a variant table entry that inherits O(base_name), with its
+    provenance, or says that nothing beats the base beyond noise; and the report (markdown) and a plot (SVG).
+  - The action plugin runs the module as an async job and prints its progress every O(progress_interval) seconds.
+author:
+  - inferops.sglang contributors
+options:
+  service:
+    description: The service's unit (C(sglang-qwen.service)); names the trial units and the store's files.
+    type: str
+    required: true
+  run_id:
+    description: This run's id (the report's and the winner's provenance).
+    type: str
+    required: true
+  base_name:
+    description: The base variant's name.
+    type: str
+    required: true
+  base:
+    description: The base variant's resolved parameters (M(inferops.sglang.sglang_preflight)'s C(variant.params)).
+    type: dict
+    required: true
+  trials:
+    description:
+      - The preflight's O(inferops.sglang.sglang_preflight#module:trials) result (C(role), C(unit), C(url), C(port),
+        C(render)), each with C(unit_text), its unit as the role rendered it.
+    type: list
+    elements: dict
+    required: true
+  objective:
+    description:
+      - The load and the service level (C(concurrency), C(requests), C(max_tokens), C(prompt_words), C(ttft_p95_ms),
+        C(min_output_tokens_per_s), C(context_length)); see C(docs/tune.md).
+    type: dict
+    default: {}
+  space:
+    description: The settings to search and their values; null for the defaults around the base (C(docs/tune.md)).
+    type: dict
+  budget:
+    description: C(trials) (launches, default 12) and C(minutes) (default 60).
+    type: dict
+    default: {}
+  store_dir:
+    description: Where measurements are kept between runs (root only).
+    type: path
+    required: true
+  identity:
+    description: What else a stored measurement is reused by (C(host), C(model), C(build)).
+    type: dict
+    default: {}
+  winner_name:
+    description: The winner's variant name; default C(<base_name>-tuned).
+    type: str
+  model_path:
+    description: The model directory (the planner reads its config and weights' sizes).
+    type: path
+    required: true
+  draft_model_path:
+    description: The draft model directory, for a variant that runs one.
+    type: path
+  memory_assumptions:
+    description: The planner's assumptions (the role's C(sglang_service_memory_assumptions)).
+    type: dict
+    default: {}
+  check_gpus:
+    description: Whether the host has GPUs to plan against; without, no candidate is planned (each is launched).
+    type: bool
+    default: true
+  api_key:
+    description: The service's API key, sent to the trial servers (only to the trial unit's own listener).
+    type: str
+  gate_timeout:
+    description: Seconds each trial's readiness gate waits.
+    type: float
+    default: 900
+  gate_settle:
+    description: Seconds a ready trial must stay up.
+    type: float
+    default: 5
+  gate_interval:
+    description: Seconds between the gate's probes.
+    type: float
+    default: 1
+  lock_file:
+    description: This run's deploy lock (M(inferops.sglang.sglang_deploy_lock)); the job holds it and renews its lease.
+    type: path
+  lock_lease:
+    description: Seconds the lock's lease lasts.
+    type: int
+    default: 900
+  progress_file:
+    description: Where the job writes its progress (JSON); set by the action plugin.
+    type: path
+  progress_interval:
+    description: Seconds between the action plugin's progress lines; V(0) runs the module as a plain call. Ignored by the module.
+    type: float
+    default: 15
+notes:
+  - Check mode is not supported (a tune starts servers); the role skips the tune in check mode.
+seealso:
+  - module: inferops.sglang.sglang_preflight
+  - module: inferops.sglang.sglang_switch
+"""
+
+EXAMPLES = r"""
+- name: Tune around the balanced variant (tune.yml does this, the preflight and the trial units first)
+  inferops.sglang.sglang_tune:
+    service: sglang-qwen.service
+    run_id: "{{ run_id }}"
+    base_name: shadow-balanced
+    base: "{{ preflight.variant.params }}"
+    trials: "{{ trials_with_units }}"
+    objective: {concurrency: 8, max_tokens: 128, ttft_p95_ms: 800}
+    budget: {trials: 12, minutes: 60}
+    store_dir: /var/lib/inferops-sglang/sglang-qwen/tune
+    model_path: /srv/models/Qwen3.6-27B
+"""
+
+RETURN = r"""
+verdict:
+  description: V(better) (a winner meets the service level and beats the base beyond noise, or meets it where the base does not) or V(none).
+  returned: success
+  type: str
+msg:
+  description: The verdict in words, with the winner's changes and its ratio's interval.
+  returned: success
+  type: str
+result:
+  description: The whole tune (grid, dropped with why, rungs, launches, reused, deaths, every candidate's figures).
+  returned: success
+  type: dict
+variant:
+  description: The winner as a variant table entry (C({name: {inherits, changes..., description, provenance}})); null without one.
+  returned: success
+  type: dict
+report:
+  description: The report in markdown.
+  returned: success
+  type: str
+plot:
+  description: Output tokens/s against TTFT p95 of every measured candidate, as an SVG image.
+  returned: success
+  type: str
+store:
+  description: The file the measurements are kept in.
+  returned: success
+  type: str
+"""
+
+import json
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.inferops.sglang.plugins.module_utils import _memplan
+from ansible_collections.inferops.sglang.plugins.module_utils import _state_files
+from ansible_collections.inferops.sglang.plugins.module_utils import _switch
+from ansible_collections.inferops.sglang.plugins.module_utils import _tune
+from ansible_collections.inferops.sglang.plugins.module_utils import _tune_host
+from ansible_collections.inferops.sglang.plugins.module_utils._job import Progress, claim_lock
+
+
+def planner(p: dict, render: dict):
+    """The memory planner on the trial GPUs' memory; without GPUs, every point passes unplanned."""
+    memory = render.get("gpu_memory_mib") or []
+    if not p["check_gpus"] or not memory:
+        return lambda params: {"fits": True, "binding": None, "reason": "not planned: check_gpus is false"}
+    cache = _memplan.ModelCache()
+
+    def plan(params: dict) -> dict:
+        return _memplan.plan_resolved(params, p["model_path"], p["draft_model_path"], memory, len(memory),
+                                      render["sglang_version"], p["memory_assumptions"], cache=cache, search=False)
+    return plan
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(
+            service=dict(type="str", required=True),
+            run_id=dict(type="str", required=True),
+            base_name=dict(type="str", required=True),
+            base=dict(type="dict", required=True),
+            trials=dict(type="list", elements="dict", required=True),
+            objective=dict(type="dict", default={}),
+            space=dict(type="dict"),
+            budget=dict(type="dict", default={}),
+            store_dir=dict(type="path", required=True),
+            identity=dict(type="dict", default={}),
+            winner_name=dict(type="str"),
+            model_path=dict(type="path", required=True),
+            draft_model_path=dict(type="path"),
+            memory_assumptions=dict(type="dict", default={}),
+            check_gpus=dict(type="bool", default=True),
+            api_key=dict(type="str", no_log=True),
+            gate_timeout=dict(type="float", default=900),
+            gate_settle=dict(type="float", default=5),
+            gate_interval=dict(type="float", default=1),
+            lock_file=dict(type="path"),
+            lock_lease=dict(type="int", default=900),
+            progress_file=dict(type="path"),
+            progress_interval=dict(type="float", default=15),
+        ),
+        supports_check_mode=False,
+    )
+    p = module.params
+    secrets = tuple(s for s in (p["api_key"],) if s)
+    progress = Progress(module, secrets)
+    host = _switch.SystemHost(p["service"], module.run_command, api_key=p["api_key"],
+                              gate_options={"interval": p["gate_interval"]}, progress=lambda event: None)
+    reference = next((t for t in p["trials"] if t.get("role") == "reference" and isinstance(t.get("render"), dict)), None)
+    if reference is None:
+        module.fail_json(msg="nothing was changed: the trials have no reference with its rendering (the preflight's trials)")
+    try:
+        goal = _tune.objective(p["objective"])
+    except _tune.TuneError as exc:
+        module.fail_json(msg=f"nothing was changed: {exc}")
+    store_key = _tune.store_key(str(p["identity"].get("host") or ""), str(p["identity"].get("model") or p["model_path"]),
+                                str(reference["render"].get("sglang_version")), p["identity"].get("build"), p["base"], goal)
+    store_path = os.path.join(p["store_dir"], f"{store_key}.json")
+    store = _state_files.read_json(store_path) or {}
+
+    def keep() -> None:
+        os.makedirs(p["store_dir"], mode=0o700, exist_ok=True)
+        _state_files.write_atomic(store_path, json.dumps(store, sort_keys=True), 0o600)
+
+    def report(event: dict) -> None:
+        progress.text = _event_text(event)
+        progress.write()
+        progress.renew()
+        if event.get("event") == "measured":
+            keep()
+
+    try:
+        trials = _tune_host.SystemTrials(host, p["trials"], {"timeout": p["gate_timeout"], "settle": p["gate_settle"]},
+                                         progress=report)
+        tune = _tune.Tune(p["base_name"], p["base"], goal, p["space"], p["budget"], planner(p, reference["render"]),
+                          trials, store=store)
+    except (KeyError, ValueError, _tune_host.TrialError, _tune.TuneError) as exc:
+        module.fail_json(msg=f"nothing was changed: {exc}")
+    if p["lock_file"]:
+        claim_lock(module)
+    try:
+        trials.install()
+        result = tune.run()
+    except (_switch.HostError, _tune_host.TrialError, OSError) as exc:
+        try:
+            trials.remove()
+        except (_switch.HostError, OSError):
+            pass
+        module.fail_json(msg=f"the tune stopped: {exc}; the live service was not touched, the trial units are removed")
+    try:
+        trials.remove()
+    except (_switch.HostError, OSError) as exc:
+        module.warn(f"the trial units could not all be removed: {exc}")
+    keep()
+    name = p["winner_name"] or f"{p['base_name']}-tuned"
+    variant = _tune.winner_variant(result, name, p["run_id"], {
+        "host": p["identity"].get("host"), "model": p["identity"].get("model"), "build": p["identity"].get("build"),
+        "sglang_version": reference["render"].get("sglang_version")})
+    module.exit_json(changed=True, verdict=result["verdict"], msg=result["msg"], result=result, variant=variant,
+                     report=_tune.markdown(result, p["run_id"], str(p["identity"].get("host") or "this host")),
+                     plot=_tune.svg(result), store=store_path)
+
+
+def _event_text(event: dict) -> str:
+    kind = event.get("event")
+    if kind == "planned":
+        return f"planned: grid {event['grid']}, dropped {event['dropped']}, fit {event['fit']}"
+    if kind == "start":
+        return f"rung pairs {event['pairs']}: starting {event['key']} {json.dumps(event.get('changes'), sort_keys=True)}"
+    if kind == "measured":
+        return f"rung {event['rung']}: {event['key']} ratio {event.get('ratio')} {'; '.join(event.get('missed') or [])}"
+    return json.dumps(event, sort_keys=True, default=str)
+
+
+if __name__ == "__main__":
+    main()
