@@ -453,7 +453,7 @@ def winner_variant(result: dict, name: str, run: str, provenance: dict) -> dict 
     winner = result.get("winner")
     if not winner:
         return None
-    ratio = winner.get("ratio") or {}
+    ratio = {k: (winner.get("ratio") or {}).get(k) for k in ("figure", "ratio", "low", "high", "pairs", "verdict")}
     entry = {"inherits": result["base"], **winner["changes"],
              "description": f"{result['base']} tuned by run {run}: {FIGURE} {ratio.get('ratio')}x "
                             f"[{ratio.get('low')}, {ratio.get('high')}] of {result['base']}",

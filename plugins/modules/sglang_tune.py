@@ -140,6 +140,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+run:
+  description: This run's id (O(run_id)).
+  returned: success
+  type: str
 verdict:
   description: V(better) (a winner meets the service level and beats the base beyond noise, or meets it where the base does not) or V(none).
   returned: success
@@ -280,7 +284,7 @@ def main() -> None:
     variant = _tune.winner_variant(result, name, p["run_id"], {
         "host": p["identity"].get("host"), "model": p["identity"].get("model"), "build": p["identity"].get("build"),
         "sglang_version": reference["render"].get("sglang_version")})
-    module.exit_json(changed=True, verdict=result["verdict"], msg=result["msg"], result=result, variant=variant,
+    module.exit_json(changed=True, run=p["run_id"], verdict=result["verdict"], msg=result["msg"], result=result, variant=variant,
                      report=_tune.markdown(result, p["run_id"], str(p["identity"].get("host") or "this host")),
                      plot=_tune.svg(result), store=store_path)
 
