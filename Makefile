@@ -8,7 +8,7 @@ export ANSIBLE_FORCE_COLOR ?= 0
 # Requests to the lab's local servers never go through a proxy.
 export NO_PROXY := 127.0.0.1,localhost
 
-.PHONY: setup real lab lab-down test lint sanity units conformance molecule bench bench-plan bench-perf bench-fleet bench-switch
+.PHONY: setup real lab lab-down test lint sanity units conformance molecule bench bench-plan bench-perf bench-fleet bench-switch bench-tune
 
 # The venvs live in the per-user cache, keyed by their inputs (.ci/venv.sh).
 $(VENV)/.stamp: requirements.txt
@@ -100,6 +100,11 @@ bench-plan: $(VENV)/.stamp
 bench-switch: setup real $(GATEWAY_VENV)/.stamp
 	python lab/bench/switch.py --server sim
 	python lab/bench/switch.py --server real
+
+## A tune against the exhaustive grid on ct129's stand-in, with the live server under
+## constant load (lab/bench/tune.py; figures in .cache/bench/tune.json; about 20 min).
+bench-tune: $(VENV)/.stamp
+	python lab/bench/tune.py
 
 ## A lab fleet of simulated hosts (lab/labctl fleet): rolling deploy wall time
 ## against N and forks, a failing canary and a failing third batch (figures in

@@ -19,7 +19,7 @@ from ansible.template import Templar, trust_as_template
 from awx_helpers import REPO, ROLE_DEFAULTS, ansible_env, awx_survey_errors, run_configure, tool
 
 AWX_DIR = REPO / "awx"
-TEMPLATE_NAMES = {"inferops provision", "inferops plan", "inferops deploy", "inferops rollback"}
+TEMPLATE_NAMES = {"inferops provision", "inferops plan", "inferops deploy", "inferops tune", "inferops rollback"}
 
 
 def table() -> dict:
@@ -167,7 +167,7 @@ def test_job_templates(rendered):
         assert (REPO / template["playbook"]).is_file(), template["playbook"]
         assert template["ask_limit_on_launch"] is True
         assert template["verbosity"] in range(5)
-    assert {t["playbook"] for t in templates} == {"provision.yml", "plan.yml", "deploy.yml"}
+    assert {t["playbook"] for t in templates} == {"provision.yml", "plan.yml", "deploy.yml", "tune.yml"}
     deploy = by_name["inferops deploy"]
     assert deploy["playbook"] == "deploy.yml"
     assert deploy["survey_enabled"] is True and deploy["survey_spec"] == survey
@@ -214,7 +214,7 @@ def test_no_template_prompts_for_free_extra_variables(rendered):
                 questions += 1
         else:
             assert "survey_spec" not in template, template["name"]
-    assert questions == 6  # the deploy survey's five and the plan survey's one
+    assert questions == 14  # the deploy survey's five, the plan survey's one, the tune survey's eight
     # and the check is not vacuous
     assert not bounded({"type": "text", "variable": "rollout_batch", "min": 1, "max": 8, "default": "25%"})
     assert not bounded({"type": "integer", "variable": "rollout_canary", "min": 1, "default": 1})
@@ -368,3 +368,33 @@ def test_syntax_check():
     proc = subprocess.run([tool("ansible-playbook"), "--syntax-check", "awx/configure.yml"], cwd=REPO,
                           env=ansible_env(), capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# --- the tune survey ----------------------------------------------------------
+
+def test_tune_survey_offers_the_variants_and_tune_reads_every_answer(rendered):
+    by_name = {t["name"]: t for t in rendered.templates}
+    tune = by_name["inferops tune"]
+    assert tune["playbook"] == "tune.yml" and tune["survey_enabled"] is True
+    assert awx_survey_errors(tune["survey_spec"]) == []
+    assert question(tune["survey_spec"], "base")["choices"] == question(rendered.survey, "variant")["choices"]
+    playbook = (REPO / "tune.yml").read_text()
+    for item in tune["survey_spec"]["spec"]:
+        assert re.search(rf"\b{item['variable']}\b", playbook), f"tune.yml never reads {item['variable']}"
+
+
+@pytest.mark.parametrize(("answers", "objective", "budget"), [
+    ({"concurrency": "8", "max_tokens": "128", "ttft_p95_ms": "0", "min_output_tokens_per_s": "0", "trials": "12",
+      "minutes": "60"}, {"concurrency": 8, "max_tokens": 128}, {"trials": 12, "minutes": 60}),
+    ({"concurrency": 4, "max_tokens": 64, "ttft_p95_ms": 800, "min_output_tokens_per_s": 150, "trials": 6, "minutes": 20},
+     {"concurrency": 4, "max_tokens": 64, "ttft_p95_ms": 800, "min_output_tokens_per_s": 150}, {"trials": 6, "minutes": 20}),
+    ({}, {}, {}),
+    ({"objective": {"concurrency": 2}, "budget": {"trials": 3}, "concurrency": 9}, {"concurrency": 2}, {"trials": 3}),
+])
+def test_tune_reads_the_survey_answers_as_its_objective_and_budget(answers, objective, budget):
+    """tune.yml's own expressions, templated as Ansible does: each answer (AWX sends integers; the CLI strings)
+    becomes the objective's or the budget's field, a 0 limit none; -e objective/budget win."""
+    play = yaml.safe_load((REPO / "tune.yml").read_text())[0]
+    templar = Templar(loader=DataLoader(), variables=dict(answers))
+    assert templar.template(trust_as_template(play["vars"]["sglang_service_tune_objective"])) == objective
+    assert templar.template(trust_as_template(play["vars"]["sglang_service_tune_budget"])) == budget
