@@ -135,7 +135,7 @@ def planner():
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--time-scale", type=float, default=0.05, help="the simulator's start-up time scale")
     parser.add_argument("--generation-scale", type=float, default=0.25, help="the generations' time scale")
     parser.add_argument("--trials", type=int, default=12, help="the tune's launches")

@@ -212,7 +212,7 @@ def screen(points: list[dict], planner: Callable[[dict], dict], goal: dict) -> t
     need = goal.get("context_length")
     for params in points:
         key = key_of(params)
-        if need and (params.get("context_length") or 0) and int(params["context_length"]) < int(need):
+        if need and params.get("context_length") and int(params["context_length"]) < int(need):
             dropped.append({"key": key, "params": params, "binding": "context_length",
                             "why": f"context_length {params['context_length']} is below the {need} tokens the objective requires"})
             continue

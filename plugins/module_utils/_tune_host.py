@@ -47,8 +47,9 @@ class SystemTrials:
     SystemHost (systemctl, the gate, the benchmark); ``gate``: timeout and settle."""
 
     def __init__(self, host: _switch.SystemHost, trials: list[dict], gate: dict, unit_dir: str | None = None,
-                 clock=time.monotonic, progress=None) -> None:
-        self.host, self.gate, self.unit_dir, self.clock = host, dict(gate), unit_dir or UNIT_DIR, clock
+                 clock=None, progress=None) -> None:
+        self.host, self.gate, self.unit_dir = host, dict(gate), unit_dir or UNIT_DIR
+        self.clock = clock or time.monotonic
         self.trials = {t["role"]: t for t in trials}
         if sorted(self.trials) != ["candidate", "reference"]:
             raise TrialError(f"a tune needs a reference and a candidate trial, got {sorted(self.trials)}")

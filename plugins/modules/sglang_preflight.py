@@ -133,13 +133,13 @@ options:
         required: true
   trials:
     description:
-      - A tune's two trial servers (the playbook tune.yml): the reference (the variant O(name)) and the candidates run in
+      - A tune's two trial servers (the playbook tune.yml). The reference (the variant O(name)) and the candidates run in
         units of their own, C(<service>-tune-reference.service) and C(<service>-tune-candidate.service), beside the
         live service, each on O(tp_size) of the host manifest's usable GPUs that the live slot does not use and that hold
         less than the release threshold now. Refused when the service was never deployed, or when the GPUs do not hold
         both.
-      - The result's C(trials) lists both (C(role), C(unit), C(port), C(url), C(gpus), C(gpu_nodes), C(why), C(render):
-        the variant rendered on that port, with its memory plan on those GPUs); C(variant) is the reference's.
+      - The result's C(trials) lists both (C(role), C(unit), C(port), C(url), C(gpus), C(gpu_nodes), C(why), and
+        C(render), the variant rendered on that port with its memory plan on those GPUs); C(variant) is the reference's.
     type: dict
     suboptions:
       ports:

@@ -351,16 +351,11 @@ textfile_changed:
   type: bool
 """
 
-import json
-import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.inferops.sglang.plugins.module_utils import _deploy_lock
 from ansible_collections.inferops.sglang.plugins.module_utils import _deploy_metrics
-from ansible_collections.inferops.sglang.plugins.module_utils import _mask
-from ansible_collections.inferops.sglang.plugins.module_utils import _state_files
 from ansible_collections.inferops.sglang.plugins.module_utils import _switch
 from ansible_collections.inferops.sglang.plugins.module_utils._job import Progress, claim_lock
 

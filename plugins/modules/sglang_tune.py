@@ -25,7 +25,12 @@ description:
     provenance, or says that nothing beats the base beyond noise; and the report (markdown) and a plot (SVG).
   - The action plugin runs the module as an async job and prints its progress every O(progress_interval) seconds.
 author:
-  - inferops.sglang contributors
+  - inferops.sglang contributors (@inferops)
+attributes:
+  check_mode:
+    description: Can run in check mode and return the changed status prediction without modifying the target.
+    support: none
+    details: A tune starts servers; the role skips it in check mode.
 options:
   service:
     description: The service's unit (C(sglang-qwen.service)); names the trial units and the store's files.
@@ -118,8 +123,6 @@ options:
     description: Seconds between the action plugin's progress lines; V(0) runs the module as a plain call. Ignored by the module.
     type: float
     default: 15
-notes:
-  - Check mode is not supported (a tune starts servers); the role skips the tune in check mode.
 seealso:
   - module: inferops.sglang.sglang_preflight
   - module: inferops.sglang.sglang_switch
@@ -157,7 +160,7 @@ result:
   returned: success
   type: dict
 variant:
-  description: The winner as a variant table entry (C({name: {inherits, changes..., description, provenance}})); null without one.
+  description: The winner as a variant table entry (its name, then C(inherits), the changed settings, C(description), C(provenance)); null without one.
   returned: success
   type: dict
 report:

@@ -96,7 +96,7 @@ def accept_for_steps(measured: float, at_steps: int, steps: int) -> float:
     if measured >= at_steps + 1:  # every draft token accepted: the curve is the step count
         return float(steps + 1)
     low, high = 0.0, 1.0
-    for _ in range(60):
+    for _step in range(60):
         mid = (low + high) / 2
         if sum(mid ** i for i in range(at_steps + 1)) < measured:
             low = mid

@@ -42,6 +42,11 @@ def speed(params: dict) -> float:
     return rate
 
 
+def ttft(params: dict) -> float:
+    """The fake's first-token p95: a request queued behind the running ones waits for them."""
+    return 0.05 * 8 / max(1, min(8, params.get("max_running_requests") or 48))
+
+
 class FakeTrials:
     def __init__(self, noise: float = 0.03, seed: int = 1, truth=speed, dies=lambda p: False, clock_step: float = 30.0) -> None:
         self.rng, self.noise, self.truth, self.dies = random.Random(seed), noise, truth, dies
@@ -64,9 +69,8 @@ class FakeTrials:
     def compare(self, load):
         ref, cand = self.truth(self.running["reference"]), self.truth(self.running["candidate"])
         pairs = max(2, load["rounds"])
-        r = [ref * (1 + self.rng.gauss(0, self.noise)) for _ in range(pairs)]
-        c = [cand * (1 + self.rng.gauss(0, self.noise)) for _ in range(pairs)]
-        ttft = lambda p: 0.05 * 8 / max(1, min(8, p.get("max_running_requests") or 48))  # noqa: E731
+        r = [ref * (1 + self.rng.gauss(0, self.noise)) for _pair in range(pairs)]
+        c = [cand * (1 + self.rng.gauss(0, self.noise)) for _pair in range(pairs)]
         interval = _stats.ratio_interval(r, c)
         check = dict(interval, figure="output_tokens_per_s", verdict=_stats.verdict(interval, True))
         return {"ok": True, "figures": {"output_tokens_per_s": sorted(c)[pairs // 2], "ttft_p95": ttft(self.running["candidate"])},
@@ -189,8 +193,8 @@ def test_a_required_context_length_drops_shorter_points_before_the_planner():
 
 
 def test_the_grid_normalises_and_counts_each_configuration_once():
-    points = _tune.grid(_tune.normalise(BASE), {"cuda_graph": [True, False], "cuda_graph_max_bs": [8, 16],
-                                               "speculative_num_steps": [2, 3]})
+    space = {"cuda_graph": [True, False], "cuda_graph_max_bs": [8, 16], "speculative_num_steps": [2, 3]}
+    points = _tune.grid(_tune.normalise(BASE), space)
     # without graphs the graph batch means nothing: 2 x 2 with graphs, 2 without, the base among them
     assert len(points) == 6
     assert all(p["speculative_num_draft_tokens"] == p["speculative_num_steps"] + 1 for p in points)

@@ -30,6 +30,12 @@ def trial(role: str, port: int) -> dict:
                                           "gpu_memory_mib": []}}
 
 
+def rate(argv: list[str]) -> float:
+    """The fake's tokens/s: a server that runs 8 requests at once is 1.5 times one that runs fewer."""
+    flag = "--max-running-requests"
+    return 150.0 if flag in argv and argv[argv.index(flag) + 1] == "8" else 100.0
+
+
 class FakeHost:
     """SystemHost's surface the trials use: systemctl calls kept, the gate and the benchmark scripted."""
 
@@ -62,7 +68,6 @@ class FakeHost:
 
     def bench_pair(self, reference, candidate, load, thresholds):
         ref, cand = self.running[reference["unit"]], self.running[candidate["unit"]]
-        rate = lambda argv: 100.0 * (1.5 if "--max-running-requests" in argv and argv[argv.index("--max-running-requests") + 1] == "8" else 1.0)  # noqa: E731
         pairs = max(2, load["rounds"])
         r = [rate(ref) * (1 + 0.01 * (i % 2)) for i in range(pairs)]
         c = [rate(cand) * (1 - 0.01 * (i % 2)) for i in range(pairs)]
