@@ -256,7 +256,9 @@ def test_the_preflight_keeps_the_validated_gpu_list_and_nothing_later_reads_the_
     checked = [t for t in preflight if "inferops.sglang.sglang_preflight" in t]
     # one resolution (the variant and the baseline together, after the manifest read in the same call)
     assert len(checked) == 1 and checked[0]["register"] == "__sglang_service_host"
-    assert checked[0]["inferops.sglang.sglang_preflight"]["baseline"] == "{{ sglang_service_baseline_variant }}"
+    # a tune (tasks/tune.yml) has no rollback target
+    assert checked[0]["inferops.sglang.sglang_preflight"]["baseline"] == (
+        "{{ omit if _sglang_service_tuning | default(false) else sglang_service_baseline_variant }}")
     # the rollback target is never resolved again with other options (a first deploy's baseline
     # was planned with the defaults: issue 28)
     for module in ("sglang_variant", "sglang_preflight"):
