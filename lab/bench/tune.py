@@ -16,7 +16,12 @@ tune's wall time; the winner's ratio against the grid's best (goal: within 5 %, 
 third of the grid's launches, no unfit candidate launched); the live service's failed requests and
 main PID. Written to .cache/bench/tune.json.
 
-Usage: python lab/bench/tune.py [--time-scale 0.05] [--trials 12] [--no-grid]
+With ``--server real``: real SGLang 0.5.11 on CPU with the lab's tiny model (``make real`` builds
+it), two real servers at once beside a third, the live one, over the settings that matter on CPU
+(``REAL_SPACE``: the running-request limit and the prefill chunk, around a base that runs one
+request at a time); no memory plan (no GPU), so nothing is dropped.
+
+Usage: python lab/bench/tune.py [--server sim|real] [--time-scale 0.05] [--trials 12] [--no-grid]
 """
 
 from __future__ import annotations
@@ -52,16 +57,22 @@ GOAL = {"concurrency": 8, "max_tokens": 64}
 SPACE = {"mem_fraction_static": [0.82, 0.88, 0.94], "cuda_graph": [True, False], "cuda_graph_max_bs": [4, 8],
          "max_running_requests": [4, 8, 16], "speculative_num_steps": [1, 2, 3, 4, 5]}
 GPUS = {"live": [0, 2], "reference": [3, 4], "candidate": [5, 6]}
+# Real SGLang on CPU: the tiny model, the conformance suite's CPU flags (their context length and
+# KV tokens), around a base that runs one request at a time
+REAL_BASE = {"max_running_requests": 1, "cuda_graph": False}
+REAL_GOAL = {"concurrency": 4, "max_tokens": 32}
+REAL_SPACE = {"max_running_requests": [1, 2, 4], "chunked_prefill_size": [128, 512]}
 
 
 class SimTrials:
     """_tune.Trials on local simulator processes: a trial slot per role, each gated as the deploy
     gates (the readiness gate on the process, its verdict when it dies)."""
 
-    def __init__(self, spawn, logs: Path) -> None:
+    def __init__(self, spawn, logs: Path, argv=None, ports=None) -> None:
         self.spawn, self.logs = spawn, logs
+        self.argv = argv or (lambda params, port: _variants.argv(params, dict(SERVER, port=port), (0, 5, 11)))
         self.procs: dict[str, tuple] = {}
-        self.ports = {role: free_port() for role in ("reference", "candidate")}
+        self.ports = ports or {role: free_port() for role in ("reference", "candidate")}
         self.starts = 0
         self.events: list[dict] = []
 
@@ -69,11 +80,10 @@ class SimTrials:
         self.stop(role)
         self.starts += 1
         log = self.logs / f"{self.starts:03d}-{role}.log"
-        argv = _variants.argv(params, dict(SERVER, port=self.ports[role]), (0, 5, 11))
-        proc, stop = self.spawn(argv, GPUS[role], log)
+        proc, stop = self.spawn(self.argv(params, self.ports[role]), GPUS[role], log)
         self.procs[role] = (proc, stop)
         gate = _readiness.Gate(_http.Client(f"http://127.0.0.1:{self.ports[role]}", None, True, 30),
-                               _process_watch.PidWatcher(proc.pid, str(log)), timeout=300, interval=0.2,
+                               _process_watch.PidWatcher(proc.pid, str(log)), timeout=600, interval=0.2,
                                generations=1, settle=0.5, check_listener=False)
         verdict = gate.run()
         if verdict.get("ready"):
@@ -136,40 +146,41 @@ def planner():
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
+    parser.add_argument("--server", choices=("sim", "real"), default="sim")
     parser.add_argument("--time-scale", type=float, default=0.05, help="the simulator's start-up time scale")
     parser.add_argument("--generation-scale", type=float, default=0.25, help="the generations' time scale")
     parser.add_argument("--trials", type=int, default=12, help="the tune's launches")
     parser.add_argument("--no-grid", action="store_true", help="the tune alone, without the exhaustive grid")
     opts = parser.parse_args()
-    from switch import sim_spawn  # pylint: disable=import-outside-toplevel
-
     with tempfile.TemporaryDirectory(prefix="bench-tune-") as tmp:
         root = Path(tmp)
         (root / "logs").mkdir()
-        spawn = sim_spawn(opts.time_scale, root)[0]
-        hardware = json.loads((root / "hardware.json").read_text())
-        hardware["performance"] = dict(TUNE_PERFORMANCE, time_scale=opts.generation_scale)
-        (root / "hardware.json").write_text(json.dumps(hardware))
-        live_port = free_port()
-        live_proc, live_stop = spawn(_variants.argv(BASE, dict(SERVER, port=live_port), (0, 5, 11)), GPUS["live"],
-                                     root / "logs" / "live.log")
+        setup = real_setup(root) if opts.server == "real" else sim_setup(root, opts)
+        spawn, argv, base, goal, space, plan = setup
+        ports = None
+        if opts.server == "real":
+            from real_sglang import free_port as real_port  # pylint: disable=import-outside-toplevel
+            ports = {role: real_port() for role in ("reference", "candidate")}
+            live_port = real_port()
+        else:
+            live_port = free_port()
+        live_proc, live_stop = spawn(argv(base, live_port), GPUS["live"], root / "logs" / "live.log")
         gate = _readiness.Gate(_http.Client(f"http://127.0.0.1:{live_port}", None, True, 30),
-                               _process_watch.PidWatcher(live_proc.pid, str(root / "logs" / "live.log")), timeout=300,
+                               _process_watch.PidWatcher(live_proc.pid, str(root / "logs" / "live.log")), timeout=600,
                                interval=0.2, generations=1, settle=0.5, check_listener=False)
         assert gate.run()["ready"], "the live server did not start"
         load = LiveLoad(live_port)
-        trials = SimTrials(spawn, root / "logs")
-        plan = planner()
+        trials = SimTrials(spawn, root / "logs", argv, ports)
         try:
             began = time.monotonic()
             store: dict = {}
-            result = _tune.Tune("nextn-small", BASE, GOAL, SPACE, {"trials": opts.trials, "minutes": 60}, plan, trials,
+            result = _tune.Tune("base", base, goal, space, {"trials": opts.trials, "minutes": 60}, plan, trials,
                                 store=store).run()
             tune_seconds = time.monotonic() - began
             tune_launches = trials.starts
             grid = None
             if not opts.no_grid:
-                grid = exhaustive(trials, plan, result)
+                grid = exhaustive(trials, plan, base, goal, space)
         finally:
             trials.stop("reference")
             trials.stop("candidate")
@@ -177,6 +188,7 @@ def main() -> int:
             live_alive = live_proc.poll() is None
             live_stop()
         figures = {
+            "server": opts.server,
             "grid": result["grid"], "dropped_by_planner": len(result["dropped"]), "fit": result["fit"],
             "tune": {"launches": result["launches"], "server_starts": tune_launches, "deaths": len(result["deaths"]),
                      "death_verdict_s": [d.get("seconds") for d in result["deaths"]], "seconds": round(tune_seconds, 1),
@@ -192,25 +204,57 @@ def main() -> int:
             figures["winner_vs_grid_best"] = round(mine["ratio"] / best["ratio"], 3) if mine and mine["ratio"] else None
             figures["grid_best"] = best["changes"]
             figures["launch_share"] = round(result["launches"] / max(1, grid["launched_fit"]), 3)
-        OUT.parent.mkdir(parents=True, exist_ok=True)
-        OUT.write_text(json.dumps(figures, indent=2, default=str))
-        (OUT.parent / "tune-report.md").write_text(_tune.markdown(result, "bench", "ct129 stand-in"))
-        (OUT.parent / "tune-plot.svg").write_text(_tune.svg(result))
+        out = OUT.with_name(f"tune-{opts.server}.json")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(figures, indent=2, default=str))
+        (out.parent / f"tune-{opts.server}-report.md").write_text(_tune.markdown(result, "bench", f"{opts.server} stand-in"))
+        (out.parent / f"tune-{opts.server}-plot.svg").write_text(_tune.svg(result))
         print(json.dumps({k: v for k, v in figures.items() if k != "grid_measured"}, indent=2, default=str))
-        print(f"figures: {OUT}; report: {OUT.parent / 'tune-report.md'}")
+        print(f"figures: {out}; report: {out.parent / f'tune-{opts.server}-report.md'}")
     return 0
 
 
-def exhaustive(trials: SimTrials, plan, result: dict) -> dict:
+def sim_setup(root: Path, opts):
+    """ct129's stand-in: the simulator with the tune's speed model, the planner on its GPUs."""
+    from switch import sim_spawn  # pylint: disable=import-outside-toplevel
+    spawn = sim_spawn(opts.time_scale, root)[0]
+    hardware = json.loads((root / "hardware.json").read_text())
+    hardware["performance"] = dict(TUNE_PERFORMANCE, time_scale=opts.generation_scale)
+    (root / "hardware.json").write_text(json.dumps(hardware))
+
+    def argv(params: dict, port: int) -> list[str]:
+        return _variants.argv(params, dict(SERVER, port=port), (0, 5, 11))
+    return spawn, argv, BASE, GOAL, SPACE, planner()
+
+
+def real_setup(root: Path):
+    """Real SGLang 0.5.11 on CPU with the tiny model; no GPU, so no memory plan."""
+    sys.path.insert(0, str(REPO / "tests" / "conformance"))
+    from switch import real_spawn  # pylint: disable=import-outside-toplevel
+    from real_sglang import CPU_ARGS, paths  # pylint: disable=import-outside-toplevel
+    spawn = real_spawn(root)[0]
+    model = paths()["INFEROPS_REAL_MODEL"]
+
+    def argv(params: dict, port: int) -> list[str]:
+        flags = _variants.argv(params, {"model_path": model, "port": port, "tp_size": 1}, (0, 5, 11))
+        # the CPU flags carry --disable-cuda-graph and the context length: drop the variant's copies
+        return [f for f in flags if f != "--disable-cuda-graph"] + list(CPU_ARGS)
+
+    def unplanned(_params: dict) -> dict:
+        return {"fits": True, "binding": None, "reason": "not planned: no GPU"}
+    return spawn, argv, REAL_BASE, REAL_GOAL, REAL_SPACE, unplanned
+
+
+def exhaustive(trials: SimTrials, plan, base: dict, goal: dict, space: dict) -> dict:
     """Every fitting point measured once as the first rung measures it; every dropped one launched."""
-    base = _tune.normalise(BASE)
-    points = _tune.grid(base, SPACE)
-    kept, dropped = _tune.screen(points, plan, _tune.objective(GOAL))
+    base = _tune.normalise(base)
+    points = _tune.grid(base, space)
+    kept, dropped = _tune.screen(points, plan, _tune.objective(goal))
     out = {"points": [], "dropped_died": 0, "dropped_served": 0, "launched_fit": 0, "seconds": 0.0}
     began = time.monotonic()
     reference = trials.start("reference", base)
     assert reference["ready"], reference
-    load = {"requests": 2 * GOAL["concurrency"], "concurrency": GOAL["concurrency"], "max_tokens": GOAL["max_tokens"],
+    load = {"requests": 2 * goal["concurrency"], "concurrency": goal["concurrency"], "max_tokens": goal["max_tokens"],
             "timeout": 120, "warmup": True, "rounds": _tune.RUNG_PAIRS[0]}
     for entry in kept:
         if entry["key"] == _tune.key_of(base):

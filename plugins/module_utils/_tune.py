@@ -438,6 +438,7 @@ class Tune:
                 "ok": measured.get("ok"), "died": measured.get("died", False), "cause": measured.get("cause"),
                 "start_seconds": measured.get("start_seconds") if measured.get("ok") else measured.get("seconds"),
                 "figures": measured.get("figures"), "reference": (measured.get("reference") or {}).get("figures"),
+                "served": ((measured.get("signals") or {}).get("server") or None) if measured.get("ok") else None,
                 "ratio": ratio_of(measured) if measured.get("ok") else None, "missed": entry.get("missed") or []}
 
 
@@ -485,15 +486,21 @@ def markdown(result: dict, run: str, host: str) -> str:
              f"- Rungs of the halving: {result['rungs']} candidates, {list(RUNG_PAIRS)[:len(result['rungs'])]} pairs of rounds each"
              + (f"; {result['note']}" if result.get("note") else ""), "",
              "## Measured (ratios to the base in interleaved pairs, 95 % interval)", "",
-             "| rung | changes | tokens/s | ratio | TTFT p95 ms | start s | result |", "|---|---|---|---|---|---|---|"]
+             "KV tokens and running requests: the plan's, then what the started server resolved (/server_info).", "",
+             "| rung | changes | tokens/s | ratio | TTFT p95 ms | KV tokens | running | start s | result |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for c in result["candidates"]:
         if c["rung"] == 0:
             continue
         ratio = c.get("ratio") or {}
         span = f"{ratio.get('ratio')}x [{ratio.get('low')}, {ratio.get('high')}]" if ratio.get("ratio") is not None else "-"
         what = (f"died: {c.get('cause')}" if c.get("died") else "; ".join(c["missed"]) or (ratio.get("verdict") or "measured"))
+        plan, served = c.get("plan") or {}, c.get("served") or {}
+        tokens = f"{plan.get('max_total_tokens', '-')} / {served.get('max_total_tokens', '-')}"
+        running = f"{plan.get('max_running_requests', '-')} / {served.get('max_running_requests', '-')}"
         lines.append(f"| {c['rung']} | {_changes_text(c['changes'])} | {_fmt((c.get('figures') or {}).get(FIGURE))} | {span} | "
-                     f"{_fmt((c.get('figures') or {}).get('ttft_p95'), 1000, 0)} | {_fmt(c.get('start_seconds'))} | {what} |")
+                     f"{_fmt((c.get('figures') or {}).get('ttft_p95'), 1000, 0)} | {tokens} | {running} | "
+                     f"{_fmt(c.get('start_seconds'))} | {what} |")
     lines += ["", f"## Dropped by the planner ({len(result['dropped'])})", "", "| changes | binds | why |", "|---|---|---|"]
     for d in result["dropped"]:
         lines.append(f"| {_changes_text(changes_of(result, d['params']))} | {d.get('binding')} | {str(d.get('why')).replace('|', '/')} |")

@@ -64,7 +64,9 @@ class FakeHost:
         if self.dies(self.running.get(unit, [])):
             return {"ready": False, "failure": "process_exited", "cause": "cuda_oom",
                     "cause_summary": "CUDA out of memory while capturing CUDA graphs"}
-        return {"ready": True, "server": {}}
+        argv = self.running.get(unit, [])
+        running = int(argv[argv.index("--max-running-requests") + 1]) if "--max-running-requests" in argv else 48
+        return {"ready": True, "server": {"max_total_tokens": 5120, "max_running_requests": running}}
 
     def bench_pair(self, reference, candidate, load, thresholds):
         ref, cand = self.running[reference["unit"]], self.running[candidate["unit"]]
@@ -152,6 +154,8 @@ def test_the_module_runs_a_tune_on_the_trials_and_removes_them(capsys, tmp_path,
     assert entry["inherits"] == "nextn-small" and entry["max_running_requests"] == 8
     assert entry["provenance"]["run"] == "r1" and entry["provenance"]["sglang_version"] == "0.5.11"
     assert "| rung |" in result["report"] and result["plot"].startswith("<svg")
+    # what each started server resolved is its evidence: the winner runs the 8 it was given
+    assert "| - / 5120 | - / 8 |" in result["report"], result["report"]
     assert list(host.unit_dir.iterdir()) == []  # the trial units are gone
     stored = json.loads((tmp_path / "store").joinpath(result["store"].rsplit("/", 1)[1]).read_text())
     assert stored and "tune-secret-key" not in json.dumps(result) + json.dumps(stored)
