@@ -41,6 +41,7 @@ author:
   - inferops.sglang contributors (@inferops)
 extends_documentation_fragment:
   - inferops.sglang.attributes.CHECK_MODE
+  - inferops.sglang.job
 attributes:
   check_mode:
     details: Inspects and decides; nothing on the host changes.
@@ -157,9 +158,6 @@ options:
   textfile_dir:
     description: node_exporter's textfile directory; the service's deploy state is rewritten there after the record.
     type: path
-  lock_file:
-    description: This run's deploy lock (M(inferops.sglang.sglang_deploy_lock)); the job holds it and renews its lease.
-    type: path
   lock_lease:
     description: Seconds of each lease renewal.
     type: int
@@ -248,13 +246,6 @@ options:
         service's, as M(inferops.sglang.sglang_deploy_lock) inspected them). Only the action plugin reads it, for the
         job's time limit; the restore itself gates with the restore plan's.
     type: float
-  progress_file:
-    description: Where the job writes its progress (JSON); set by the action plugin.
-    type: path
-  progress_interval:
-    description: Seconds between the action plugin's progress lines; V(0) runs the module as a plain call. Ignored by the module.
-    type: float
-    default: 15
   hold_at:
     description:
       - "For the fault tests only: the job stops moving once it has entered this state and written its marker, and

@@ -26,6 +26,8 @@ description:
   - The action plugin runs the module as an async job and prints its progress every O(progress_interval) seconds.
 author:
   - inferops.sglang contributors (@inferops)
+extends_documentation_fragment:
+  - inferops.sglang.job
 attributes:
   check_mode:
     description: Can run in check mode and return the changed status prediction without modifying the target.
@@ -109,20 +111,10 @@ options:
     description: Seconds between the gate's probes.
     type: float
     default: 1
-  lock_file:
-    description: This run's deploy lock (M(inferops.sglang.sglang_deploy_lock)); the job holds it and renews its lease.
-    type: path
   lock_lease:
     description: Seconds the lock's lease lasts.
     type: int
     default: 900
-  progress_file:
-    description: Where the job writes its progress (JSON); set by the action plugin.
-    type: path
-  progress_interval:
-    description: Seconds between the action plugin's progress lines; V(0) runs the module as a plain call. Ignored by the module.
-    type: float
-    default: 15
 seealso:
   - module: inferops.sglang.sglang_preflight
   - module: inferops.sglang.sglang_switch
