@@ -52,6 +52,10 @@ class TuneError(Exception):
     """A tune's setting out of range: refused before anything on the host changes."""
 
 
+class ReferenceLost(Exception):
+    """The reference stopped answering: no later comparison would mean anything."""
+
+
 class Trials(Protocol):
     """What a tune does to the host, and nothing else."""
 
@@ -335,6 +339,8 @@ class Tune:
                 self.store.setdefault(entry["key"], {})[str(pairs)] = died
                 return died
             result = self.trials.compare(dict(self.load, rounds=pairs))
+            if not result.get("ok") and result.get("side") == "reference":
+                raise ReferenceLost(str(result.get("msg")))
             result = {k: result.get(k) for k in ("ok", "figures", "reference", "comparison", "seconds", "msg")}
             result.update(start_seconds=started.get("seconds"), signals=started.get("signals"))
             if result.get("ok"):
@@ -359,9 +365,9 @@ class Tune:
             self.trials.stop("reference")
             return self._result(started, points, dropped, sizes, reference,
                                 f"the base {self.base_name} did not start in the trial slot: {reference.get('cause')}")
+        stopped_early = None
         try:
             pool = [self.entries[e["key"]] for e in first_rung(candidates, sizes[0])] if sizes and sizes[0] else []
-            stopped_early = None
             for rung, pairs in enumerate(RUNG_PAIRS):
                 if not pool:
                     break
@@ -370,8 +376,11 @@ class Tune:
                         stopped_early = f"the budget of {self.budget['minutes']:g} minutes ran out in rung {rung + 1}"
                         break
                     measured = self._measure(entry, pairs)
-                    entry.update(measured=measured, rung=rung,
-                                 missed=meets(measured.get("figures") or {}, self.goal) if measured.get("ok") else ["died"])
+                    if measured.get("ok"):
+                        missed = meets(measured.get("figures") or {}, self.goal)
+                    else:
+                        missed = ["died at start" if measured.get("died") else f"failed under load: {measured.get('msg')}"]
+                    entry.update(measured=measured, rung=rung, missed=missed)
                     self.trials.progress({"event": "measured", "key": entry["key"], "rung": rung + 1,
                                           "ratio": ratio_of(measured).get("ratio"), "missed": entry["missed"]})
                 if stopped_early:
@@ -382,6 +391,8 @@ class Tune:
                     pool = alive[:sizes[rung + 1]]
                 else:
                     pool = []
+        except ReferenceLost as exc:
+            stopped_early = f"the reference ({self.base_name}) stopped serving, the search ended there: {exc}"
         finally:
             self.trials.stop("reference")
         return self._result(started, points, dropped, sizes, reference, stopped_early, base_fits=base_fits)

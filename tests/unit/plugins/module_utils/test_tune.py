@@ -235,3 +235,34 @@ def test_the_winner_is_a_variant_that_inherits_the_base_with_its_provenance():
     assert _variants.check(params) == []
     assert params["mem_fraction_static"] == result["winner"]["params"]["mem_fraction_static"]
     assert "provenance" not in " ".join(_variants.argv(params, {"model_path": "/m", "tp_size": 2}, (0, 5, 11)))
+
+
+class FailingTrials(FakeTrials):
+    """Compares as FakeTrials does until ``after`` comparisons, then ``side``'s rounds fail."""
+
+    def __init__(self, after: int, side: str, **kw) -> None:
+        super().__init__(**kw)
+        self.after, self.side, self.compares = after, side, 0
+
+    def compare(self, load):
+        self.compares += 1
+        if self.compares > self.after:
+            return {"ok": False, "side": self.side, "msg": f"the {self.side}'s round 1 failed: 16 of 16 requests"}
+        return super().compare(load)
+
+
+def test_a_reference_that_stops_serving_ends_the_search_with_what_was_measured():
+    trials = FailingTrials(2, "reference")
+    result = tune(trials)
+    assert "the reference (nextn) stopped serving" in result["note"]
+    measured = [c for c in result["candidates"] if c["rung"] > 0]
+    assert len(measured) == 2 and all(c["ok"] for c in measured)  # the failed comparison is no candidate's
+    assert not trials.running  # both trial servers stopped
+
+
+def test_a_candidate_that_fails_under_load_is_recorded_and_never_wins():
+    trials = FailingTrials(0, "candidate")
+    result = tune(trials, budget={"trials": 3})
+    assert result["verdict"] == "none" and result["winner"] is None
+    assert all(c["missed"][0].startswith("failed under load: the candidate's round 1 failed") for c in result["candidates"]
+               if c["rung"] > 0)
