@@ -203,7 +203,11 @@ def capacity(plan: dict, params: dict, goal: dict) -> int:
 
 def prior(plan: dict, params: dict, goal: dict) -> tuple:
     """The plan's prediction for the load, larger is better: the share of the load's requests that run
-    at once, CUDA graphs covering that batch, then the KV tokens."""
+    at once, CUDA graphs covering that batch, then the KV tokens. Without a plan (no GPU to plan
+    against) it predicts nothing: every point ties, and the first rung is spread by its settings
+    alone (on CPU, running more requests at once need not pay: the tune bench on real SGLang)."""
+    if not plan.get("max_total_tokens"):
+        return (1.0, True, 0)
     conc = int(goal["concurrency"])
     running = min(conc, capacity(plan, params, goal))
     graphed = bool(params.get("cuda_graph", True)) and (params.get("cuda_graph_max_bs") or conc) >= running
@@ -243,15 +247,18 @@ def _plan_figures(plan: dict) -> dict:
 
 def first_rung(kept: list[dict], size: int) -> list[dict]:
     """The first rung's candidates: the best the plan predicts, spread over the settings the plan
-    cannot tell apart (one by one, the candidate of the best predicted tier that differs most from
-    those already chosen, then by its KV tokens), so that the cheap measurement sees each value of
-    each setting before it sees near-copies of one point."""
+    cannot tell apart (one by one, the candidate of the best predicted tier with the most values not
+    yet chosen, then the one that differs most from those chosen, then by its KV tokens), so that the
+    cheap measurement sees each value of each setting before it sees near-copies of one point."""
     chosen: list[dict] = []
     rest = list(kept)
     while rest and len(chosen) < size:
+        seen = {(k, json.dumps(c["params"].get(k))) for c in chosen for k in KNOBS}
+
         def rank(entry: dict) -> tuple:
+            new = sum((k, json.dumps(entry["params"].get(k))) not in seen for k in KNOBS)
             apart = min((sum(entry["params"].get(k) != c["params"].get(k) for k in KNOBS) for c in chosen), default=0)
-            return (entry["prior"][:2], apart, entry["prior"][2:])
+            return (entry["prior"][:2], new, apart, entry["prior"][2:])
         best = max(rest, key=rank)
         rest.remove(best)
         chosen.append(best)

@@ -266,3 +266,15 @@ def test_a_candidate_that_fails_under_load_is_recorded_and_never_wins():
     assert result["verdict"] == "none" and result["winner"] is None
     assert all(c["missed"][0].startswith("failed under load: the candidate's round 1 failed") for c in result["candidates"]
                if c["rung"] > 0)
+
+
+def test_without_a_plan_the_first_rung_is_spread_over_every_value_of_each_setting():
+    """No GPU to plan against: the plan predicts nothing, and the first rung sees each value of each setting
+    (not the points that would run the whole load at once, a GPU's prediction)."""
+    def unplanned(_params):
+        return {"fits": True, "binding": None, "reason": "not planned"}
+    space = {"max_running_requests": [1, 2, 4], "chunked_prefill_size": [128, 512]}
+    kept, _dropped = _tune.screen(_tune.grid(_tune.normalise(BASE), space), unplanned, _tune.objective(GOAL))
+    first = _tune.first_rung([e for e in kept if e["params"] != _tune.normalise(BASE)], 3)
+    assert {e["params"]["max_running_requests"] for e in first} == {1, 2, 4}
+    assert {e["params"]["chunked_prefill_size"] for e in first} == {128, 512}
