@@ -93,6 +93,11 @@ class NoWatcher:
         return {"kind": "none"}
 
 
+# The most journal entries a first read takes (the newest of the unit's run); later reads follow
+# the cursor. As many as the readiness gate keeps (_readiness._KEEP_LINES).
+FIRST_READ = 4000
+
+
 def unit_state(run_command, unit: str) -> dict:
     """Whether a systemd unit is active and loaded (``systemctl show``; both false when it cannot say)."""
     rc, out, _err = run_command(["systemctl", "show", "-p", "ActiveState,LoadState", "--", unit])
@@ -274,7 +279,11 @@ class UnitWatcher(NoWatcher):
                 starts.append(self.wall_clock() - (self.clock() - self.start_mono))
             start_epoch = max(starts)
             start_us = int(start_epoch * 1e6)
-            argv.append(f"--since=@{int(start_epoch) - 1}")
+            # the newest FIRST_READ entries of that span, newest first (journalctl's -n with --since
+            # counts from the span's start: systemd 252), put back in order below. A server up for
+            # weeks under load has logged every request since its start (one tune's client load:
+            # 81k entries, 105 MB of JSON, a read that outlasted the gate's timeout; 5 MB this way)
+            argv.extend([f"--since=@{int(start_epoch) - 1}", "--reverse", "-n", str(FIRST_READ)])
         else:
             argv.extend(["-n", "200"])
         rc, out, err = self.run_command(argv)
@@ -282,7 +291,8 @@ class UnitWatcher(NoWatcher):
             self.journal_error = (err or out).strip()[:300]
             return [], cursor
         lines = []
-        for raw in out.splitlines():
+        raws = out.splitlines()
+        for raw in reversed(raws) if "--reverse" in argv else raws:
             try:
                 entry = json.loads(raw)
             except ValueError:

@@ -197,7 +197,6 @@ def assert_drains_a_real_generation(server: RealServer) -> dict:
     snapshot = _drain.drain(client, 0, 0.1)
     assert snapshot["timed_out"] is True and (snapshot["running_at_stop"], snapshot["waiting_at_stop"]) == (1, 0), snapshot
     result = _drain.drain(client, 120, 0.2)
-    ended = time.monotonic()
     thread.join(10)
     assert result["drained"] is True and result["in_flight_at_start"] == 1 and result["in_flight_at_stop"] == 0, result
     if server.release == "0.5.11":
@@ -210,5 +209,9 @@ def assert_drains_a_real_generation(server: RealServer) -> dict:
     else:  # 0.5.16+ read it with getattr (0.5.23 srt/observability/http_request_metrics.py:115)
         assert result["endpoint"] == "/v1/loads", result
     assert done["answer"].kind == "ok" and done["answer"].body["meta_info"]["completion_tokens"] == 120
-    assert done["at"] <= ended  # the drain ended after the generation, not before
+    # That the drain ended after the generation is the server's own count (in flight 1 at the
+    # start, 0 at the stop, read after the scheduler released it); the client's answer is written
+    # after that release, so its arrival may trail the drain's end on a loaded machine (one CI run:
+    # the answer arrived after the drain returned, with the whole 120 tokens).
+    assert result["seconds"] > 0
     return result

@@ -18,6 +18,7 @@ import pytest
 from sim_helpers import BALANCED, MODEL, NEXTN, NOGRAPH, SHADOW, FakeClock, free_port
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _readiness as r
+from ansible_collections.inferops.sglang.plugins.module_utils import _process_watch
 from ansible_collections.inferops.sglang.plugins.module_utils._process_watch import NoWatcher, PidWatcher, UnitWatcher
 
 FAKE = Path(__file__).resolve().parents[2] / "fake_sglang_http.py"
@@ -305,6 +306,8 @@ def fake_systemctl(states: list[dict], journal: list[dict] | None = None):
         if after is not None:  # as journalctl does: only the entries after that cursor
             cursors = [e.get("__CURSOR") for e in entries]
             entries = entries[cursors.index(after) + 1:] if after in cursors else []
+        if "--reverse" in argv:  # as journalctl does: newest first, the first N of those
+            entries = entries[::-1][:int(argv[argv.index("-n") + 1])] if "-n" in argv else entries[::-1]
         return 0, "".join(json.dumps(e) + "\n" for e in entries), ""
 
     return run
@@ -423,7 +426,7 @@ def test_log_since_holds_when_the_units_start_is_unknown():
     watcher.begin()
     assert watcher.since_start() is None
     assert watcher.all_lines() == ["a line of the probe"]
-    assert f"--since=@{int(since - 1.0) - 1}" in seen[-1] and "-n" not in seen[-1]
+    assert f"--since=@{int(since - 1.0) - 1}" in seen[-1] and seen[-1][-3:] == ["--reverse", "-n", str(_process_watch.FIRST_READ)]
     whole = unit(recorded(fake_systemctl([unknown], journal), seen), clock)
     whole.begin()
     assert whole.all_lines() == ["an hour-old line", "a line of the probe"]
@@ -708,3 +711,21 @@ def test_the_progress_file_never_holds_the_key(hanging, tmp_path):
     state = json.loads(progress.read_text())
     assert "api_key=********" in state["last_log_line"] and "admin_api_key=********" in state["last_log_line"]
     assert "k3y-in-log" not in progress.read_text() and "adm1n" not in progress.read_text()
+
+
+def test_a_first_read_takes_the_newest_entries_of_a_long_run_then_follows_the_cursor():
+    """A server up for an hour under load has logged every request since its start: the first read takes
+    the newest FIRST_READ entries of the run (what the gate keeps), not all of them, and the next reads
+    only what came after."""
+    clock = up_for(FakeClock(), 3600)
+    up = {**BASE, "InactiveExitTimestampMonotonic": str(int((clock.monotonic() - 3600) * 1e6))}
+    now_us = int(clock.time() * 1e6)
+    journal = [{"__CURSOR": f"c{i}", "__REALTIME_TIMESTAMP": str(now_us - 3000_000_000 + i), "MESSAGE": f"request {i}"}
+               for i in range(_process_watch.FIRST_READ + 500)]
+    seen: list = []
+    watcher = unit(recorded(fake_systemctl([up], journal), seen), clock)
+    watcher.begin()
+    first = watcher.new_lines()
+    assert len(first) == _process_watch.FIRST_READ and first[0] == "request 500" and first[-1] == f"request {len(journal) - 1}"
+    journal.append({"__CURSOR": "next", "__REALTIME_TIMESTAMP": str(now_us), "MESSAGE": "a new line"})
+    assert watcher.new_lines() == ["a new line"]
