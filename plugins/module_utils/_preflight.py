@@ -359,6 +359,11 @@ def slot_problems(p: dict) -> list[str]:
     return [f"the green slot's port {port} is also {', '.join(same)}"] if same else []
 
 
+def memory_used(gpus: list[dict]) -> dict[int, int]:
+    """MiB in use now per GPU index, from nvidia-smi's inventory (a GPU it cannot read: 0)."""
+    return {g["index"]: g.get("memory_used_mib") or 0 for g in gpus if g.get("index") is not None}
+
+
 def trial_problems(p: dict) -> list[str]:
     """A tune's two trial ports (``p["trials"]``): ports, different, none the service's, its gateway's or a slot's."""
     trials = p.get("trials")
@@ -395,7 +400,7 @@ def trial_decision(p: dict, host: dict, run_command) -> list[dict]:
     pool = hm.usable_gpus(host.get("manifest"))
     if p["check_gpus"]:
         found = gpu_mod.read_inventory(run_command)
-        busy = {g["index"]: g.get("memory_used_mib") or 0 for g in found["gpus"] if g.get("index") is not None}
+        busy = memory_used(found["gpus"])
         # without a host manifest: the GPUs nvidia-smi can open now
         pool = pool or [g["index"] for g in found["gpus"] if g.get("usable", True) and g.get("index") is not None]
     threshold = int((p.get("settings") or {}).get("sglang_service_release_threshold_mib") or 1024)
@@ -432,8 +437,7 @@ def slot_decision(p: dict, host: dict, run_command) -> dict | None:
     given = list(settings["gpu_devices"]) if sources.get("gpu_devices") == "override" else None
     busy: dict[int, int] = {}
     if p["check_gpus"] and live is not None and live["active"]:
-        found = gpu_mod.read_inventory(run_command)
-        busy = {g["index"]: g.get("memory_used_mib") or 0 for g in found["gpus"] if g.get("index") is not None}
+        busy = memory_used(gpu_mod.read_inventory(run_command)["gpus"])
     ports = {"blue": p["gateway"]["server_port"], "green": slots["green_port"]}
     threshold = int((p.get("settings") or {}).get("sglang_service_release_threshold_mib") or 1024)
     try:

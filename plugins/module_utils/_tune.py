@@ -157,7 +157,8 @@ def check_budget(given: dict | None) -> dict:
 
 def normalise(params: dict) -> dict:
     """One candidate's settings as SGLang reads them: no CUDA graph batch without CUDA graphs; a draft
-    of top-k 1 verifies its steps plus one token (SGLang sets num_draft_tokens so for top-k 1)."""
+    of top-k 1 verifies its steps plus one token (real SGLang 0.5.11 adjusts num_draft_tokens to that for
+    top-k 1 and warns: srt/server_args.py:3540-3546 of its wheel)."""
     out = dict(params)
     if out.get("cuda_graph") is False:
         out["cuda_graph_max_bs"] = None
@@ -521,15 +522,9 @@ def markdown(result: dict, run: str, host: str) -> str:
                      f"{_fmt(c.get('start_seconds'))} | {what} |")
     lines += ["", f"## Dropped by the planner ({len(result['dropped'])})", "", "| changes | binds | why |", "|---|---|---|"]
     for d in result["dropped"]:
-        lines.append(f"| {_changes_text(changes_of(result, d['params']))} | {d.get('binding')} | {str(d.get('why')).replace('|', '/')} |")
+        searched = {k: d["params"].get(k) for k in KNOBS if k in result["space"]}
+        lines.append(f"| {_changes_text(searched)} | {d.get('binding')} | {str(d.get('why')).replace('|', '/')} |")
     return "\n".join(lines) + "\n"
-
-
-def changes_of(result: dict, params: dict) -> dict:
-    base = next((c["params"] for c in result["candidates"] if not c["changes"]), None)
-    if base is None:
-        return {k: params.get(k) for k in KNOBS if k in result["space"]}
-    return changes(base, params)
 
 
 def _changes_text(found: dict) -> str:

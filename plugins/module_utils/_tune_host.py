@@ -73,11 +73,10 @@ class SystemTrials:
         self.host.systemctl("daemon-reload")
 
     def _remove_dropin(self, role: str) -> None:
-        for path in (self._dropin(role),):
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
+        try:
+            os.unlink(self._dropin(role))
+        except FileNotFoundError:
+            pass
         try:
             os.rmdir(self._path(role) + ".d")
         except OSError:
