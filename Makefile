@@ -113,22 +113,24 @@ bench-fleet: setup
 	python lab/bench/rollout.py --down
 
 ## Every check: lint, sanity, unit tests, conformance against real SGLang,
-## molecule scenarios. First the real-SGLang cache; then the unit tests (three
-## workers: they mostly wait on real processes and HTTP), then the molecule
-## lanes, the conformance tests last in the second lane: their real SGLang
-## servers on CPU then run beside the real scenario (whose performance gate only
-## reports), not beside the deploy scenario's replay, whose enforced gate
-## compares simulated speeds and first-token times a loaded CPU moves (one run:
-## TTFT p95 1.23x beside them). Lint and sanity run from the start beside all
-## that, niced: they take the cores only when the tests leave them idle, and
-## their output is printed whole when both have ended. Any part failing fails
-## the whole.
-LANES := deploy,lab,real provision,fleet,make:conformance
+## molecule scenarios. First the real-SGLang cache; then two lanes side by side
+## (.ci/molecule-lanes.sh): the unit tests (three workers: they mostly wait on
+## real processes and HTTP), the deploy scenario and the real one; and the
+## provision and fleet scenarios, the lab scenario once the deploy scenario has
+## ended (they share the ct129/ct200 host names), and the conformance tests last:
+## their real SGLang servers on CPU then run beside the real scenario (whose
+## performance gate only reports), not beside the deploy scenario's replay, whose
+## enforced gate compares simulated speeds and first-token times a loaded CPU
+## moves (one run: TTFT p95 1.23x beside them). Lint and sanity run from the
+## start beside all that, niced: they take the cores only when the tests leave
+## them idle, and their output is printed whole when both have ended. Any part
+## failing fails the whole.
+LANES := make:units,deploy,real provision,fleet,after:deploy,lab,make:conformance
 test: setup real
 	@mkdir -p .cache; \
 	( $(MAKE) --no-print-directory -j2 --output-sync=target lint sanity NICE="nice -n 10" >.cache/lint+sanity.log 2>&1; \
 	  rc=$$?; cat .cache/lint+sanity.log; exit $$rc ) & checks=$$!; \
-	$(MAKE) --no-print-directory units && $(MAKE) --no-print-directory molecule MOLECULE_LANES="$(LANES)"; rc=$$?; \
+	$(MAKE) --no-print-directory molecule MOLECULE_LANES="$(LANES)"; rc=$$?; \
 	wait $$checks || rc=1; exit $$rc
 
 ## ansible-lint, then each role's defaults against its meta/argument_specs.yml
@@ -160,7 +162,7 @@ conformance: $(VENV)/.stamp $(GATEWAY_VENV)/.stamp real
 
 ## molecule/real mounts the real venv, stub and model from INFEROPS_REAL_ROOT.
 ## The scenarios run in lanes side by side (.ci/molecule-lanes.sh): deploy and
-## lab share the ct129/ct200 host names, so they share a lane.
+## lab share the ct129/ct200 host names, so they share a lane (or the later waits).
 MOLECULE_LANES ?= deploy,lab,real provision,fleet
 molecule: setup real
 	INFEROPS_LAB_IMAGE=$$(lab/image/build.sh) \

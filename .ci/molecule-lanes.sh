@@ -7,26 +7,46 @@
 # the time each scenario took (also printed as each scenario ends; each of its steps'
 # times go to the suite's table, .ci/molecule-steps.py). A scenario in no lane, or in two, is an error:
 # none is left out unseen. A lane's item make:TARGET runs `make TARGET` there
-# instead (make test runs the conformance tests last in the second lane).
+# instead (make test runs the unit tests first in the first lane, the conformance
+# tests last in the second). An item after:NAME waits until the item NAME has
+# ended in its own lane (run, failed, or never run because its lane stopped):
+# scenarios that share host names may sit in two lanes when the later one waits so.
 #
 #   .ci/molecule-lanes.sh deploy,lab,real provision,fleet
-#   .ci/molecule-lanes.sh deploy,lab,real provision,fleet,make:conformance
+#   .ci/molecule-lanes.sh make:units,deploy,real provision,fleet,after:deploy,lab,make:conformance
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mapfile -t all < <(for f in molecule/*/molecule.yml; do basename "$(dirname "$f")"; done | sort)
-mapfile -t given < <(printf '%s\n' "$@" | tr ',' '\n' | grep -v -e '^$' -e '^make:' | sort)
+mapfile -t given < <(printf '%s\n' "$@" | tr ',' '\n' | grep -v -e '^$' -e '^make:' -e '^after:' | sort)
 if [[ "${all[*]}" != "${given[*]}" ]]; then
   echo "molecule lanes: the lanes name [${given[*]}], the scenarios are [${all[*]}]: each scenario in exactly one lane" >&2
   exit 2
 fi
-mkdir -p .cache/molecule
+# each item's end, for after:NAME (written when it ends, and for every item when its lane stops)
+ended=.cache/molecule/ended
+rm -rf "$ended"
+mkdir -p "$ended"
+for waited in $(printf '%s\n' "$@" | tr ',' '\n' | sed -n 's/^after://p'); do
+  if ! printf '%s\n' "$@" | tr ',' '\n' | grep -qx -- "$waited"; then
+    echo "molecule lanes: after:$waited waits for an item no lane runs" >&2
+    exit 2
+  fi
+done
 exec 3>&1
 pids=()
 for lane in "$@"; do
   log=.cache/molecule/${lane//,/+}.log
   (
+    trap 'for item in ${lane//,/ }; do : >"$ended/${item//[:\/]/_}"; done' EXIT
     for scenario in ${lane//,/ }; do
       start=$SECONDS
+      if [[ $scenario == after:* ]]; then
+        until [[ -e $ended/${scenario#after:} ]]; do sleep 2; done
+        line="molecule lane: $scenario waited $((SECONDS - start)) s"
+        echo "$line"
+        echo "$line" >&3
+        continue
+      fi
       if [[ $scenario == make:* ]]; then
         make --no-print-directory "${scenario#make:}"
       else
@@ -39,6 +59,7 @@ for lane in "$@"; do
       line="molecule lane: scenario $scenario ended with $rc after $((SECONDS - start)) s"
       echo "$line"
       echo "$line" >&3
+      : >"$ended/${scenario//[:\/]/_}"
       [[ $rc -eq 0 ]] || exit "$rc"
     done
   ) >"$log" 2>&1 &

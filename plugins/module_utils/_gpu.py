@@ -245,9 +245,9 @@ def cuda_visible_devices(indices: list[int]) -> str:
 
 
 def describe_unusable(gpus: list[dict]) -> str:
-    """"GPU 1 lost", "GPUs 1, 3 lost; GPU 5 unusable" ('' when all are usable)."""
+    """"GPU 1 lost", "GPUs 1, 3 lost; GPU 5 unusable; GPU 6 sick" ('' when all are usable)."""
     parts = []
-    for state, word in (("lost", "lost"), ("error", "unusable")):
+    for state, word in (("lost", "lost"), ("error", "unusable"), ("sick", "sick")):
         indices = [str(g["index"]) for g in gpus if not g["usable"] and g["state"] == state]
         if indices:
             parts.append(f"GPU{'s' if len(indices) > 1 else ''} {', '.join(indices)} {word}")

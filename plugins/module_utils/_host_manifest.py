@@ -54,9 +54,13 @@ class ManifestMissing(ManifestError):
 # -- building it (provision) ---------------------------------------------------
 
 def _gpu_entry(gpu: dict) -> dict:
-    return {"index": gpu.get("index"), "uuid": gpu.get("uuid"), "name": gpu.get("name"),
-            "memory_mib": gpu.get("memory_total_mib"), "pci_bus_id": gpu.get("pci_bus_id"),
-            "compute_capability": gpu.get("compute_capability"), "device_minor": gpu.get("device_minor")}
+    entry = {"index": gpu.get("index"), "uuid": gpu.get("uuid"), "name": gpu.get("name"),
+             "memory_mib": gpu.get("memory_total_mib"), "pci_bus_id": gpu.get("pci_bus_id"),
+             "compute_capability": gpu.get("compute_capability"), "device_minor": gpu.get("device_minor")}
+    if gpu.get("health") is not None:
+        # the counters and Xid events a deploy's check compares with (_gpu_health.judge)
+        entry["health"] = gpu["health"]
+    return entry
 
 
 def gpus_section(facts: dict | None) -> dict:
@@ -74,6 +78,8 @@ def gpus_section(facts: dict | None) -> dict:
         "cuda_visible_devices": facts.get("cuda_visible_devices") or "",
         "tp": {"valid": list(tp.get("valid") or []), "chosen": tp.get("chosen"), "devices": list(tp.get("devices") or []),
                "cuda_visible_devices": tp.get("cuda_visible_devices") or ""},
+        # where the kernel log was read up to (_gpu_health.cursor): a deploy judges the Xid events after it
+        "kernel_log": facts.get("kernel_log"),
     }
 
 

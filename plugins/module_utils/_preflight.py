@@ -35,6 +35,7 @@ import re
 from ansible_collections.inferops.sglang.plugins.module_utils import _credentials
 from ansible_collections.inferops.sglang.plugins.module_utils import _deploy
 from ansible_collections.inferops.sglang.plugins.module_utils import _gpu as gpu_mod
+from ansible_collections.inferops.sglang.plugins.module_utils import _gpu_health
 from ansible_collections.inferops.sglang.plugins.module_utils import _host_manifest as hm
 from ansible_collections.inferops.sglang.plugins.module_utils import _inputs
 from ansible_collections.inferops.sglang.plugins.module_utils import _memplan
@@ -493,6 +494,9 @@ def host_facts(p: dict, run_command) -> dict:
     if p["check_gpus"]:
         memory, problems = gpu_mod.device_memory(run_command, devices)
         errors.extend(problems)
+        if not problems and p.get("check_health", True):
+            # each GPU against what provisioning recorded (docs/gpu-health.md): a sick one refuses the variant
+            errors.extend(_gpu_health.deploy_problems(run_command, devices, p.get("health_baseline")))
     version_text, problem = variants_mod.installed_version(run_command, p["python"])
     if problem:
         errors.append(problem)

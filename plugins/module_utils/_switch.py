@@ -50,6 +50,7 @@ from ansible_collections.inferops.sglang.plugins.module_utils import _deploy_met
 from ansible_collections.inferops.sglang.plugins.module_utils import _drain
 from ansible_collections.inferops.sglang.plugins.module_utils import _gateway
 from ansible_collections.inferops.sglang.plugins.module_utils import _gpu
+from ansible_collections.inferops.sglang.plugins.module_utils import _gpu_health
 from ansible_collections.inferops.sglang.plugins.module_utils import _http
 from ansible_collections.inferops.sglang.plugins.module_utils import _listener
 from ansible_collections.inferops.sglang.plugins.module_utils import _mask
@@ -258,6 +259,9 @@ class Host(Protocol):
     def start(self, unit: str) -> None: ...                 # daemon-reload, enable, restart
     def disable(self, unit: str) -> None: ...               # not started at boot (a slot that is not live)
     def gpu_memory_used(self, gpus: list[int]) -> list[int]: ...  # MiB per GPU; HostError when unreadable
+    # this boot's Xid events on those GPUs (_gpu_health.parse_kernel_log) and where the kernel log stands
+    # ({"boot_id", "time": the last event's, "events"}); HostError when the kernel log is unreadable
+    def gpu_xids(self, gpus: list[int]) -> dict: ...
     def read_bytes(self, path: str) -> bytes | None: ...    # None: no such file
     def write_atomic(self, path: str, data: bytes, mode: int) -> None: ...
     def append_line(self, path: str, line: str) -> None: ...
@@ -452,6 +456,7 @@ class Switch:
         self.attempt: str | None = None
         self.started: str | None = None
         self.gate_result: dict | None = None
+        self.xid_mark: dict | None = None  # the kernel log's Xid events before the variant started
         self.failure: dict | None = None
         self.failed_task: str | None = None
         self.committed = False
@@ -987,8 +992,28 @@ class Switch:
         return "installed"
 
     def step_start(self) -> str:
+        self.xid_mark = self._xids()
         self.host.start(self.s.service)
         return "started"
+
+    def _xids(self) -> dict | None:
+        """The kernel log's Xid events on the switch's GPUs (None: no GPU check, or unreadable)."""
+        if not self._gpu_check():
+            return None
+        try:
+            return self.host.gpu_xids(list(self.s.gpus))
+        except HostError:
+            return None
+
+    def _start_faults(self) -> list[dict]:
+        """The Xid events the variant's start logged on its GPUs that fail it (_gpu_health.START_FAULT:
+        an application fault, or worse): after the mark taken before the start, in the same boot."""
+        mark = self.xid_mark
+        now = self._xids() if mark else None
+        if not now or now.get("boot_id") != mark.get("boot_id"):
+            return []
+        return [e for e in now["events"]
+                if e["action"] in _gpu_health.START_FAULT and (e.get("time") is None or e["time"] > mark["time"])]
 
     def step_gate(self) -> str:
         return self._variant_gate(State.GATE)
@@ -999,7 +1024,17 @@ class Switch:
         self.gate_result = self._gate(self.s.url, self._config_file(), self._gate_timeout(v), self.s.gate_settle,
                                       unit=self.s.service)
         if self.gate_result["ready"]:
-            return "ready"
+            faults = self._start_faults()
+            if not faults:
+                return "ready"
+            # it serves, but its start faulted its GPUs: the driver's word outranks the gate's
+            gpus = ",".join(str(g) for g in self.s.gpus)
+            evidence = [f"{e['bus_id']}: {_gpu_health.event_text(e)}" for e in faults]
+            self.gate_result = dict(self.gate_result, ready=False, failure="gpu_xid")
+            self.failure = {"ready": False, "failure": "gpu_xid", "cause": f"xid_{faults[0]['xid']}", "evidence": evidence,
+                            "msg": f"{v['variant']} served, but its start faulted GPUs {gpus}: " + "; ".join(evidence)}
+            self.failed_task = state.value
+            return "not_ready"
         if self.gate_result.get("failure"):
             self.failure = self.gate_result
         else:
@@ -1536,6 +1571,14 @@ class SystemHost:
 
     def disable(self, unit: str) -> None:
         self._systemctl("disable", "--", unit)
+
+    def gpu_xids(self, gpus: list[int]) -> dict:
+        read = _gpu.read_inventory(self.run_command)
+        buses = {_gpu.normalize_bus_id(g["pci_bus_id"]) for g in read["gpus"] if g["index"] in gpus and g.get("pci_bus_id")}
+        kernel = _gpu_health.read_kernel_log(self.run_command)
+        if kernel["source"] is None:
+            raise HostError(kernel["problem"])
+        return dict(_gpu_health.cursor(kernel), events=[e for e in kernel["events"] if e["bus_id"] in buses])
 
     def gpu_memory_used(self, gpus: list[int]) -> list[int]:
         fields = ("index", "memory.used")

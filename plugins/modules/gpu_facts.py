@@ -17,6 +17,13 @@ description:
     fit the usable (or requested) GPUs and divide the model's attention and KV head counts (and linear-attention
     head counts where the model has them), read from O(model_path)'s C(config.json) (C(text_config) for multimodal
     models). The default is the largest power of two among them; on a host with 7 usable GPUs and 24/4 heads, 4.
+  - With O(health), each GPU's health too (M(inferops.sglang.gpu_facts) reads the kernel log's Xid events since boot
+    and C(nvidia-smi -q -x)'s ECC, retired-page and row-remap state; docs/gpu-health.md tells each signal). A GPU with a
+    reset- or reboot-class Xid since boot, a pending row remap or page retirement, a remapping failure, a recovery
+    action asking for a reset or a reboot, or uncorrectable ECC errors new since O(health_baseline) is unusable with
+    state C(sick) and the reason, as a lost GPU is, and the TP size is chosen without it. ECC disabled on a GPU that
+    has it is a warning with the fix (O(ecc_disabled)). A kernel log neither C(journalctl -k) nor C(dmesg) can read
+    (an LXC container) is a warning that Xid events were not checked.
   - In a container (LXC with passed-through GPUs; found by C(systemd-detect-virt --container), C(/run/systemd/container)
     or C(container=) in PID 1's environment) it checks that the user-space driver matches the hypervisor's kernel module
     (C(/proc/driver/nvidia/version)) and that C(/dev/nvidiactl), C(/dev/nvidia-uvm) and the node of each usable GPU exist.
@@ -64,6 +71,21 @@ options:
     description: Where the C(nvidia*) device nodes are.
     type: path
     default: /dev
+  health:
+    description: Read each GPU's health and keep a sick GPU out of the usable set.
+    type: bool
+    default: true
+  ecc_disabled:
+    description: What ECC disabled on a GPU that supports it is, V(warn) or V(refuse) (the GPU is then unusable).
+    type: str
+    choices: [warn, refuse]
+    default: warn
+  health_baseline:
+    description:
+      - The host manifest whose GPU counters the new ones are compared with (uncorrectable ECC errors new since the
+        last provision make a GPU sick). A missing file is the first check.
+    type: path
+    default: /etc/inferops-sglang/host.json
 notes:
   - The devices for the server are RV(ansible_facts.inferops_gpus.tp.devices), the first C(tp.chosen) of the selected GPUs.
   - A GPU's device node is C(nvidia<minor>), the minor from C(/proc/driver/nvidia/gpus/<bus id>/information), else its index.
@@ -114,8 +136,11 @@ ansible_facts:
           sample: 580.95.05
         gpus:
           description:
-            - Every GPU by index. C(state) is C(ok), C(lost) (the driver cannot open it) or C(error)
-              (it reads an error value); C(problem) says why it is not usable.
+            - Every GPU by index. C(state) is C(ok), C(lost) (the driver cannot open it), C(error)
+              (it reads an error value) or C(sick) (its health, see O(health)); C(problem) says why it is not usable.
+            - C(health) (with O(health)) its C(counters) (ECC mode, uncorrectable counts, retired pages, row remaps,
+              recovery action), its C(xids) since boot (C(xid), C(time) in seconds since boot, C(action), C(name)),
+              C(sick) and C(warnings).
             - Fields a lost GPU cannot report are null.
             - C(device_minor) is the minor of its C(/dev/nvidia<minor>) node from
               C(<driver_proc_dir>/gpus/<bus id>/information), null when that is not readable.
@@ -188,6 +213,17 @@ ansible_facts:
               description: RV(ansible_facts.inferops_gpus.tp.devices) as C(CUDA_VISIBLE_DEVICES).
               type: str
               sample: "0,2,3,4"
+        kernel_log:
+          description:
+            - Where the Xid events were read (C(source) V(journal), V(dmesg) or null when neither could), the boot
+              (C(boot_id)) and C(time), the last Xid event's time in seconds since boot (0.0 with none), from which a
+              deploy reads what is new. C(problem) when unread. Null without O(health).
+          type: dict
+          sample: {source: journal, boot_id: 5d2c1ba1c9e44d5c9a8c8b3e0c7f1e2a, time: 0.0, problem: null}
+        health_warnings:
+          description: What the health check found that leaves the GPUs usable (ECC disabled, an Xid to look into, an unread source).
+          type: list
+          elements: str
         container:
           description:
             - C(kind) the container type (C(lxc), C(podman), ...) or null on bare metal or a VM, C(detected_by) how.
@@ -212,6 +248,8 @@ import stat
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _gpu as gpu_mod
+from ansible_collections.inferops.sglang.plugins.module_utils import _gpu_health
+from ansible_collections.inferops.sglang.plugins.module_utils import _host_manifest as hm
 from ansible_collections.inferops.sglang.plugins.module_utils import _model_config
 
 
@@ -283,6 +321,30 @@ def _container(module: AnsibleModule, versions: dict, gpus: list[dict]) -> dict:
     return result
 
 
+def _health(module: AnsibleModule, smi: str, gpus: list[dict]) -> tuple[dict | None, list[str]]:
+    """Each GPU's health in ``gpus`` (a sick one made unusable); (the kernel log's cursor, warnings)."""
+    p = module.params
+    kernel = _gpu_health.read_kernel_log(module.run_command)
+    memory, problem = _gpu_health.read_memory_health(module.run_command, smi)
+    try:
+        baseline = (hm.read_optional(p["health_baseline"]) or {}).get("gpus")
+    except hm.ManifestError as exc:
+        module.warn(f"health_baseline: {exc}; the counters are judged without it")
+        baseline = None
+    warnings = [w for w in (kernel["problem"], problem and f"ECC and row-remap state not read: {problem}") if w]
+    verdicts = _gpu_health.judge([g for g in gpus if g["state"] != "lost"], kernel, memory, baseline,
+                                 ecc_disabled=p["ecc_disabled"])
+    for gpu in gpus:
+        verdict = verdicts.get(gpu["index"])
+        if verdict is None:
+            continue
+        gpu["health"] = _gpu_health.summary(verdict)
+        warnings.extend(f"GPU {gpu['index']} ({gpu['pci_bus_id']}): {w}" for w in verdict["warnings"])
+        if verdict["sick"] and gpu["usable"]:
+            gpu.update(usable=False, state="sick", problem="; ".join(verdict["sick"]))
+    return dict(_gpu_health.cursor(kernel), problem=kernel["problem"]), warnings
+
+
 def _select(requested: list[int] | None, gpus: list[dict], errors: list[str]) -> list[int]:
     usable = gpu_mod.usable(gpus)
     if requested is None:
@@ -309,6 +371,9 @@ def main() -> None:
             container_checks=dict(type="str", default="auto", choices=["auto", "always", "never"]),
             driver_proc_dir=dict(type="path", default="/proc/driver/nvidia"),
             device_dir=dict(type="path", default="/dev"),
+            health=dict(type="bool", default=True),
+            ecc_disabled=dict(type="str", default="warn", choices=["warn", "refuse"]),
+            health_baseline=dict(type="path", default=hm.DEFAULT_PATH),
         ),
         supports_check_mode=True,
     )
@@ -322,6 +387,9 @@ def main() -> None:
         gpu["device_minor"] = gpu_mod.device_minor(p["driver_proc_dir"], gpu)
     versions = gpu_mod.read_versions(module.run_command, smi)
     errors: list[str] = []
+    kernel_log, health_warnings = _health(module, smi, gpus) if p["health"] else (None, [])
+    for warning in health_warnings:
+        module.warn(warning)
 
     usable = gpu_mod.usable(gpus)
     if not usable:
@@ -362,6 +430,8 @@ def main() -> None:
         tp=dict(valid=valid, chosen=chosen, requested=p["tp_size"], devices=devices,
                 cuda_visible_devices=gpu_mod.cuda_visible_devices(devices)),
         container=container,
+        kernel_log=kernel_log,
+        health_warnings=health_warnings,
     )
     if errors:
         module.fail_json(msg="GPU preflight failed: " + "; ".join(errors), errors=errors, inferops_gpus=facts)

@@ -357,7 +357,8 @@ def deploy_variant(module: AnsibleModule, host: dict) -> dict:
             _preflight.probed_minors(module.run_command, p["driver_proc_dir"], slot["gpus"]))
         host["sources"]["gpu_devices"] = "slot"
     return _preflight.variant(dict(
-        p, slot=slot, python=settings["python"], tp_size=settings["tp_size"], gpu_devices=settings["gpu_devices"],
+        p, slot=slot, health_baseline=(host.get("manifest") or {}).get("gpus"), python=settings["python"],
+        tp_size=settings["tp_size"], gpu_devices=settings["gpu_devices"],
         read_write_paths=list(p["read_write_paths"] or []),
         credentials=bool(p["api_key"] or p["admin_api_key"] or p["gateway"])), module.run_command)
 
@@ -372,7 +373,8 @@ def trials(module: AnsibleModule, host: dict) -> dict:
         nodes, _source = hm.gpu_nodes(gpus, hm.device_minors(host.get("manifest")),
                                       _preflight.probed_minors(module.run_command, p["driver_proc_dir"], gpus))
         render = _preflight.variant(dict(
-            p, trial=trial, baseline=None, python=settings["python"], tp_size=settings["tp_size"], gpu_devices=gpus,
+            p, trial=trial, health_baseline=(host.get("manifest") or {}).get("gpus"), baseline=None,
+            python=settings["python"], tp_size=settings["tp_size"], gpu_devices=gpus,
             read_write_paths=list(p["read_write_paths"] or []),
             credentials=bool(p["api_key"] or p["admin_api_key"] or p["gateway"])), module.run_command)
         out.append(dict(trial, gpu_nodes=nodes, url=render["url"], render=render))

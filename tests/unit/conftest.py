@@ -16,7 +16,6 @@ import pytest
 
 from ddtree_helpers import ddtree_overlay, lab_ddtree
 from sim_helpers import LAB, REPO, Server, free_port, write_executable
-
 sys.path.insert(0, str(LAB / "simulator"))
 sys.path.insert(0, str(REPO / "collections"))
 
@@ -94,16 +93,20 @@ def hardware(tmp_path):
 
 @pytest.fixture
 def fake_nvidia_smi(tmp_path, monkeypatch):
-    """install(): the lab's fake nvidia-smi (a test double) first on PATH; it
-    reads the hardware file named by SGLANG_SIM_HARDWARE."""
+    """install(): the lab's fake nvidia-smi and dmesg (test doubles) first on PATH; they
+    read the hardware file named by SGLANG_SIM_HARDWARE and the lab's kernel log in SGLANG_SIM_STATE."""
 
     def install() -> None:
         bin_dir = tmp_path / "bin"
         bin_dir.mkdir(exist_ok=True)
-        smi = bin_dir / "nvidia-smi"
-        write_executable(smi, f"#!/bin/sh\nexec {sys.executable} -c 'import sys; sys.path.insert(0, \"{LAB / 'simulator'}\"); "
-                         "from sglang_simulator import nvidia_smi; sys.exit(nvidia_smi.main(sys.argv[1:]))' \"$@\"\n")
+        for name, module in (("nvidia-smi", "nvidia_smi"), ("dmesg", "dmesg")):
+            write_executable(bin_dir / name,
+                             f"#!/bin/sh\nexec {sys.executable} -c 'import sys; sys.path.insert(0, \"{LAB / 'simulator'}\"); "
+                             f"from sglang_simulator import {module}; sys.exit({module}.main(sys.argv[1:]))' \"$@\"\n")
         monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+        # the GPU health check reads the lab's kernel log (the fake dmesg), not this machine's
+        from ansible_collections.inferops.sglang.plugins.module_utils import _gpu_health
+        monkeypatch.setattr(_gpu_health, "KERNEL_LOG_COMMANDS", (("dmesg", ["dmesg"]),))
 
     return install
 

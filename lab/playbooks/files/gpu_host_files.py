@@ -5,7 +5,7 @@ per file cost about a second for each of ten tasks on each host of each scenario
     python3 lab/playbooks/files/gpu_host_files.py --host ct200 --out FILE
 
 The archive holds the host's hardware file (lab/hosts/<host>/hardware.json), the
-fake nvidia-smi (a test double over the simulator's library), the stand-ins for
+fake nvidia-smi and dmesg (test doubles over the simulator's library), the stand-ins for
 the kernel module's /proc/driver/nvidia/version and the passed-through
 /dev/nvidia* nodes (links to /dev/null, a real character device, one per usable
 GPU), the simulated GPU memory ledger's directory (now, and at boot through
@@ -36,6 +36,13 @@ sys.path.insert(0, "/opt/inferops-lab/lib")
 from sglang_simulator.nvidia_smi import main
 sys.exit(main())
 '''
+DMESG = b'''#!/usr/bin/python3
+"""Fake dmesg of the inferops.sglang lab (a test double): the lab's kernel log."""
+import sys
+sys.path.insert(0, "/opt/inferops-lab/lib")
+from sglang_simulator.dmesg import main
+sys.exit(main())
+'''
 DIRECTORIES = {  # the lab's own directories and their modes
     "etc/inferops-lab": 0o755,
     "etc/inferops-lab/proc-driver-nvidia": 0o755,
@@ -55,6 +62,7 @@ def entries(host: str) -> list[tuple[str, int, bytes | None, str | None]]:
     out: list[tuple[str, int, bytes | None, str | None]] = [(p, m, None, None) for p, m in DIRECTORIES.items()]
     out.append(("etc/inferops-lab/hardware.json", 0o644, hardware_file.read_bytes(), None))
     out.append(("usr/bin/nvidia-smi", 0o755, NVIDIA_SMI, None))
+    out.append(("usr/bin/dmesg", 0o755, DMESG, None))  # replaces util-linux's: the container's kernel is the CI machine's
     out.append(("etc/inferops-lab/proc-driver-nvidia/version", 0o644,
                 (f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {hardware['driver_version']}  "
                  "Tue Sep 23 09:55:41 UTC 2025\n").encode(), None))

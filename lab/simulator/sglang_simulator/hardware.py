@@ -35,6 +35,18 @@ Its own ``time_scale`` (default the host's) scales generations alone: a
 performance gate measures milliseconds, which a shared machine's scheduling
 noise would swamp at the start-up's scale.
 
+A GPU's ``health`` (optional) is what the fake ``nvidia-smi -q -x`` reports of its
+memory: ``ecc`` and ``ecc_pending`` (``Enabled``/``Disabled``, default
+``Enabled``), ``volatile_uncorrected`` and ``aggregate_uncorrected`` (``N/A``
+with ECC off), ``remap_pending``, ``remap_failure``, ``remapped_uncorrectable``,
+``recovery_action``; and ``start_xid``: a server started on the GPU logs that
+Xid (``NVRM: Xid (PCI:0000:41:00): 13, pid=..., name=python3, ...``) to the
+lab's kernel log, as a variant whose start faults the GPU does.
+
+The lab's kernel log is ``kernel*.log`` in the ledger directory, each line
+stamped as ``dmesg`` stamps it (seconds since boot, from ``/proc/uptime``); the
+fake ``dmesg`` prints them in order (``kernel_log``).
+
 Memory used on each GPU is kept in a ledger directory (``SGLANG_SIM_STATE``,
 default ``/run/inferops-lab/gpu``): one JSON file per simulator process,
 ``{"pid": N, "name": "...", "gpus": {"0": MiB, ...}}``. The fake nvidia-smi
@@ -168,6 +180,7 @@ class Gpu:
     compute_cap: str
     state: str = "ok"
     power_limit_w: int = 300
+    health: dict = field(default_factory=dict, compare=False, hash=False)
 
     @property
     def lost(self) -> bool:
@@ -218,6 +231,7 @@ def load(path: Path | None = None) -> Hardware:
                 compute_cap=str(g["compute_cap"]),
                 state=str(g.get("state", "ok")),
                 power_limit_w=int(g.get("power_limit_w", 300)),
+                health=dict(g.get("health") or {}),
             )
             for g in data["gpus"]
         )
@@ -232,6 +246,38 @@ def load(path: Path | None = None) -> Hardware:
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise HardwareError(f"hardware file {path} is malformed: {exc!r}") from exc
+
+
+def uptime() -> float:
+    with open("/proc/uptime", encoding="ascii") as handle:
+        return float(handle.read().split()[0])
+
+
+def log_kernel(text: str, name: str | None = None) -> None:
+    """Append one line to the lab's kernel log, stamped as dmesg stamps it; each writer its own
+    file (``kernel-<pid>.log``: the ledger directory is sticky, shared by every service user)."""
+    path = state_dir() / (name or f"kernel-{os.getpid()}.log")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(f"[{uptime():12.6f}] {text}\n")
+
+
+def kernel_log() -> list[str]:
+    """The lab's kernel log lines, in time order."""
+    lines = []
+    for path in sorted(state_dir().glob("kernel*.log")):
+        try:
+            lines += path.read_text(encoding="utf-8").splitlines()
+        except OSError:
+            continue
+    return sorted(lines, key=lambda line: float(line[1:line.index("]")]) if line.startswith("[") and "]" in line else 0.0)
+
+
+def xid_line(gpu: Gpu, xid: int, detail: str, pid: int | None = None, name: str | None = None) -> str:
+    """The driver's Xid line (open-gpu-kernel-modules kernel_rc.c: the PCI tag is domain:bus:device)."""
+    tag = gpu.pci_bus_id[4:-2].lower()
+    who = f"pid={pid}, name={name}" if pid else "pid='<unknown>', name=<unknown>"
+    return f"NVRM: Xid (PCI:{tag}): {xid}, {who}, {detail}"
 
 
 def _alive(pid: int) -> bool:

@@ -2,8 +2,9 @@
 
 Prints what the real tool prints for the queries the collection uses:
 ``--query-gpu=FIELDS --format=csv[,noheader][,nounits] [-i IDS]``,
-``--query-compute-apps=FIELDS --format=csv...``, ``-L``, ``--version`` and the
-default table. Memory used comes from the simulator's GPU ledger, so a running
+``--query-compute-apps=FIELDS --format=csv...``, ``-L``, ``--version``, ``-q -x``
+(the XML document of DTD v12, with each GPU's ECC, retired-page and row-remap
+state from its ``health`` in the hardware file) and the default table. Memory used comes from the simulator's GPU ledger, so a running
 (or still releasing) simulated server shows up as it would on a real host.
 
 A GPU whose ``state`` is ``lost`` cannot be opened: in its place the tool prints
@@ -131,6 +132,13 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(out))
         return NVML_ERROR_GPU_IS_LOST if lost else 0
 
+    if "-q" in opts or "--query" in opts:
+        if "-x" not in opts and "--xml-format" not in opts:
+            print("the lab's nvidia-smi prints -q only as XML (-q -x)")
+            return INVALID_ARGUMENT
+        print(_xml(hardware, gpus))
+        return NVML_ERROR_GPU_IS_LOST if lost else 0
+
     fmt = set(opts.get("--format", "").split(","))
     if "--query-gpu" in opts:
         if "csv" not in fmt:
@@ -181,6 +189,57 @@ def main(argv: list[str] | None = None) -> int:
 
     print(_table(hardware, gpus))
     return NVML_ERROR_GPU_IS_LOST if lost else 0
+
+
+def _xml(hardware: hw.Hardware, gpus: list[hw.Gpu]) -> str:
+    """``nvidia-smi -q -x``: the elements of DTD v12 the collection reads (a real document has many more);
+    an Ampere-or-newer card's layout (SRAM/DRAM counters, a row remapper, page retirement N/A). A lost GPU
+    is named in NVML's line after the document, as the real tool names it."""
+    lines = ['<?xml version="1.0" ?>', '<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd">', "<nvidia_smi_log>",
+             f"\t<driver_version>{hardware.driver_version}</driver_version>",
+             f"\t<cuda_version>{hardware.cuda_version}</cuda_version>",
+             f"\t<attached_gpus>{len(hardware.gpus)}</attached_gpus>"]
+    for gpu in gpus:
+        if gpu.lost:
+            continue
+        health = gpu.health
+        ecc = health.get("ecc", "Enabled")
+        on = ecc == "Enabled"
+
+        def count(key: str) -> str:
+            return str(int(health.get(key, 0))) if on else "N/A"
+
+        def yes(key: str) -> str:
+            return "Yes" if health.get(key) else "No"
+
+        def counters(kind: str) -> list[str]:
+            zero = "0" if on else "N/A"
+            return [f"\t\t\t<{kind}>", f"\t\t\t\t<sram_correctable>{zero}</sram_correctable>",
+                    f"\t\t\t\t<sram_uncorrectable_parity>{zero}</sram_uncorrectable_parity>",
+                    f"\t\t\t\t<sram_uncorrectable_secded>{zero}</sram_uncorrectable_secded>",
+                    f"\t\t\t\t<dram_correctable>{zero}</dram_correctable>",
+                    f"\t\t\t\t<dram_uncorrectable>{count(kind + '_uncorrected')}</dram_uncorrectable>", f"\t\t\t</{kind}>"]
+
+        lines += [f'\t<gpu id="{gpu.pci_bus_id}">', f"\t\t<product_name>{gpu.name}</product_name>",
+                  f"\t\t<uuid>{gpu.uuid}</uuid>",
+                  "\t\t<ecc_mode>", f"\t\t\t<current_ecc>{ecc}</current_ecc>",
+                  f"\t\t\t<pending_ecc>{health.get('ecc_pending', ecc)}</pending_ecc>", "\t\t</ecc_mode>",
+                  "\t\t<ecc_errors>", *counters("volatile"), *counters("aggregate"), "\t\t</ecc_errors>",
+                  "\t\t<retired_pages>",
+                  "\t\t\t<multiple_single_bit_retirement><retired_count>N/A</retired_count>"
+                  "<retired_pagelist>N/A</retired_pagelist></multiple_single_bit_retirement>",
+                  "\t\t\t<double_bit_retirement><retired_count>N/A</retired_count>"
+                  "<retired_pagelist>N/A</retired_pagelist></double_bit_retirement>",
+                  "\t\t\t<pending_blacklist>N/A</pending_blacklist>",
+                  "\t\t\t<pending_retirement>N/A</pending_retirement>", "\t\t</retired_pages>",
+                  "\t\t<remapped_rows>", "\t\t\t<remapped_row_corr>0</remapped_row_corr>",
+                  f"\t\t\t<remapped_row_unc>{int(health.get('remapped_uncorrectable', 0))}</remapped_row_unc>",
+                  f"\t\t\t<remapped_row_pending>{yes('remap_pending')}</remapped_row_pending>",
+                  f"\t\t\t<remapped_row_failure>{yes('remap_failure')}</remapped_row_failure>", "\t\t</remapped_rows>",
+                  f"\t\t<gpu_recovery_action>{health.get('recovery_action', 'None')}</gpu_recovery_action>",
+                  "\t</gpu>"]
+    lines.append("</nvidia_smi_log>")
+    return "\n".join(lines + [_lost_line(g) for g in gpus if g.lost])
 
 
 def _table(hardware: hw.Hardware, gpus: list[hw.Gpu]) -> str:

@@ -14,6 +14,7 @@ from sim_helpers import FakeClocks
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _bench
 from ansible_collections.inferops.sglang.plugins.module_utils import _deploy
+from ansible_collections.inferops.sglang.plugins.module_utils import _gpu_health
 from ansible_collections.inferops.sglang.plugins.module_utils import _switch
 from ansible_collections.inferops.sglang.plugins.module_utils._switch import HostError, State
 
@@ -98,6 +99,8 @@ class FakeHost(FakeClocks):
         self.calls: list[tuple] = []
         self.events: list[dict] = []
         self.counts: dict[str, int] = {}
+        self.kernel: list[dict] = []                  # the kernel log's Xid events (_gpu_health.parse_kernel_log's)
+        self.start_xids: dict[str, list[int]] = {}    # variant -> the Xids its start logs on GPU 0
 
     # -- bookkeeping --
     def _call(self, *call) -> None:
@@ -149,6 +152,18 @@ class FakeHost(FakeClocks):
         found = re.search(rb"# variant=(\S+)", unit_file)
         self.serving = found.group(1).decode() if found else "unmanaged"
         self.gpu_busy = None
+        for xid in self.start_xids.get(self.serving, []):
+            self.xid(xid)
+
+    def xid(self, xid: int, bus: str = "00000000:01:00.0") -> None:
+        name, action = _gpu_health.classify(xid)
+        self.kernel.append({"time": 100.0 + len(self.kernel), "bus_id": bus, "xid": xid, "name": name, "action": action,
+                            "pid": "4242", "process": "python3", "detail": "test"})
+
+    def gpu_xids(self, gpus: list[int]) -> dict:
+        self._call("xids", tuple(gpus))
+        return {"boot_id": "boot-1", "time": max((e["time"] for e in self.kernel), default=0.0), "source": "journal",
+                "events": list(self.kernel)}
 
     def gpu_memory_used(self, gpus: list[int]) -> list[int]:
         self._call("gpu", tuple(gpus))
@@ -749,6 +764,38 @@ def test_a_known_good_that_cannot_be_measured_is_recorded_and_the_switch_goes_on
     assert known["source"] == "measured" and known["figures"] is None and known["error"] == error
     assert [c for c in ddtree_host.calls if c[0] == "bench"][1] == ("bench", URL, None)  # nothing to compare with
     assert f"not compared ({known['error']})" in rec["performance"]["msg"]
+
+
+# -- the GPUs' health over the start -------------------------------------------------------------------------------
+
+def test_a_variant_whose_start_faulted_its_gpu_is_rolled_back_with_the_xid_though_it_served(ddtree_host):
+    """The gate passes (nextn serves), but the driver logged Xid 13 on GPU 0 during its start: failed with
+    that cause, rolled back, the known-good (whose start logs nothing) proven healthy again."""
+    ddtree_host.start_xids["nextn"] = [13]
+    result = run(ddtree_host)
+    rec = result["record"]
+    assert result["outcome"] == "rolled_back"
+    assert (rec["verdict"]["failure"], rec["verdict"]["cause"]) == ("gpu_xid", "xid_13")
+    assert len(rec["verdict"]["evidence"]) == 1
+    assert rec["verdict"]["msg"] == (
+        "nextn served, but its start faulted GPUs 0,1: 00000000:01:00.0: Xid 13 (Graphics Engine Exception) at 100.0 s "
+        "since boot, process python3 (pid 4242): restart the application that used the GPU")
+    assert ddtree_host.serving == "ddtree"
+    serving_truth(ddtree_host, rec)
+
+
+@pytest.mark.parametrize("xid", [63, 92])
+def test_earlier_xids_and_those_needing_no_action_fail_nothing(ddtree_host, xid):
+    ddtree_host.xid(79, bus="00000000:02:00.0")   # before the switch: provisioning and the preflight judge those
+    ddtree_host.start_xids["nextn"] = [xid]
+    result = run(ddtree_host)
+    assert result["outcome"] == "switched", result["record"]["verdict"]
+
+
+def test_an_unreadable_kernel_log_leaves_the_gate_alone(ddtree_host):
+    ddtree_host.start_xids["nextn"] = [13]
+    ddtree_host.fail = {("xids", 1): "the kernel log cannot be read here"}
+    assert run(ddtree_host)["outcome"] == "switched"
 
 
 # -- the performance gate -------------------------------------------------------------------------------------------

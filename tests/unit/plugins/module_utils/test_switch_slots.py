@@ -97,6 +97,9 @@ class SlotsHost(FakeClocks):
         if unit in self.units:
             self.units[unit]["enabled"] = False
 
+    def gpu_xids(self, gpus: list[int]) -> dict:
+        return {"boot_id": "boot-1", "time": 0.0, "source": "journal", "events": []}
+
     def gpu_memory_used(self, gpus: list[int]) -> list[int]:
         held = {g for u in self.units.values() if u["active"] for g in u["gpus"]}
         return [40000 if g in held else 0 for g in gpus]

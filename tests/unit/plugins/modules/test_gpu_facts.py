@@ -213,3 +213,76 @@ def test_device_minor_from_proc(host, driver, capsys):
     gpus = result["ansible_facts"]["inferops_gpus"]["gpus"]
     # the minor is recorded per GPU (the host manifest keeps it); null where /proc does not say
     assert [g["device_minor"] for g in gpus] == [None, 5]
+
+
+def _sick_ct129(host, tmp_path, **gpu_health):
+    """ct129 with each GPU's health given (index -> health) and the lab's kernel log lines written."""
+    data = json.loads((LAB / "hosts" / "ct129" / "hardware.json").read_text())
+    for gpu in data["gpus"]:
+        gpu["health"] = gpu_health.get(f"gpu{gpu['index']}", {})
+    host(gpus=data["gpus"])
+
+
+def _kernel_log(tmp_path, *lines):
+    state = tmp_path / "gpu"
+    state.mkdir(exist_ok=True)
+    (state / "kernel-test.log").write_text("".join(f"[{100.0 + i:12.6f}] {line}\n" for i, line in enumerate(lines)))
+
+
+def test_a_sick_gpu_is_kept_out_like_a_lost_one(host, capsys, tmp_path):
+    """GPU 3 has a row remap pending, GPU 4 fell off the bus (Xid 79 in the kernel log), GPU 5 logged an
+    application-class Xid 13: 3 and 4 are unusable with the reason, the TP size is chosen from the rest."""
+    _sick_ct129(host, tmp_path, gpu3={"remap_pending": True, "remapped_uncorrectable": 1})
+    _kernel_log(tmp_path, "NVRM: Xid (PCI:0000:81:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",
+                "NVRM: Xid (PCI:0000:a1:00): 13, pid=4242, name=python3, Graphics SM Warp Exception on (GPC 8, TPC 5, SM 0)")
+    rc, result = run(capsys, model_path=QWEN, health_baseline=str(tmp_path / "none.json"))
+    assert rc == 0, result
+    facts = result["ansible_facts"]["inferops_gpus"]
+    assert facts["usable"] == [0, 2, 5, 6, 7]
+    sick = {g["index"]: g for g in facts["unusable"] if g["state"] == "sick"}
+    assert sorted(sick) == [3, 4]
+    assert sick[3]["problem"].startswith("a row remap is pending")
+    assert sick[4]["problem"] == "Xid 79 (GPU has fallen off the bus) at 100.0 s since boot: reboot the host"
+    assert facts["tp"]["devices"] == [0, 2, 5, 6]
+    gpu5 = facts["gpus"][5]["health"]
+    assert gpu5["sick"] == []
+    assert gpu5["xids"] == [{"xid": 13, "time": 101.0, "action": "restart_app", "name": "Graphics Engine Exception"}]
+    assert facts["kernel_log"]["source"] == "dmesg" and facts["kernel_log"]["time"] == 101.0
+    assert facts["gpus"][0]["health"]["counters"]["ecc_mode"] == "Enabled"
+
+
+def test_ecc_off_is_a_warning_with_the_fix_or_a_refusal(host, capsys, tmp_path):
+    _sick_ct129(host, tmp_path, gpu0={"ecc": "Disabled"})
+    rc, result = run(capsys, model_path=QWEN, health_baseline=str(tmp_path / "none.json"))
+    assert rc == 0 and result["ansible_facts"]["inferops_gpus"]["usable"] == [0, 2, 3, 4, 5, 6, 7]
+    warned = result["ansible_facts"]["inferops_gpus"]["health_warnings"]
+    assert any("GPU 0 (00000000:01:00.0): ECC is disabled" in w and "-e 1, then reboot" in w for w in warned), warned
+    assert "ECC is disabled" in str(result["warnings"])
+    rc, result = run(capsys, model_path=QWEN, health_baseline=str(tmp_path / "none.json"), ecc_disabled="refuse")
+    assert rc == 0 and result["ansible_facts"]["inferops_gpus"]["usable"] == [2, 3, 4, 5, 6, 7]
+
+
+def test_new_uncorrectable_errors_since_the_last_manifest_make_a_gpu_sick(host, capsys, tmp_path):
+    _sick_ct129(host, tmp_path, gpu2={"aggregate_uncorrected": 3})
+    baseline = tmp_path / "host.json"
+    rc, result = run(capsys, model_path=QWEN, health_baseline=str(baseline))
+    assert rc == 0 and 2 in result["ansible_facts"]["inferops_gpus"]["usable"]   # old errors, no baseline yet
+    gpus = [dict(index=g["index"], pci_bus_id=g["pci_bus_id"], health=g.get("health"))
+            for g in result["ansible_facts"]["inferops_gpus"]["gpus"]]
+    manifest = {"schema": 1, "written": {}, "cuda": {}, "venv": {"python": "/usr/bin/python3"}, "installed": {},
+                "environment": {}, "builds": {}, "gpus": {"usable": gpus, "unusable": [], "tp": {"devices": []}}}
+    baseline.write_text(json.dumps(manifest))
+    _sick_ct129(host, tmp_path, gpu2={"aggregate_uncorrected": 5})
+    rc, result = run(capsys, model_path=QWEN, health_baseline=str(baseline))
+    facts = result["ansible_facts"]["inferops_gpus"]
+    assert 2 not in facts["usable"]
+    assert facts["gpus"][2]["problem"] == "2 new uncorrectable ECC error(s) since the last check (aggregate 3 -> 5)"
+
+
+def test_an_unreadable_kernel_log_is_a_warning(host, capsys, tmp_path, monkeypatch):
+    from ansible_collections.inferops.sglang.plugins.module_utils import _gpu_health
+    host()
+    monkeypatch.setattr(_gpu_health, "KERNEL_LOG_COMMANDS", (("dmesg", ["dmesg", "--restricted"]),))
+    rc, result = run(capsys, model_path=QWEN, health_baseline=str(tmp_path / "none.json"))
+    assert rc == 0 and result["ansible_facts"]["inferops_gpus"]["kernel_log"]["source"] is None
+    assert any("Xid events are not checked" in w for w in result["ansible_facts"]["inferops_gpus"]["health_warnings"])

@@ -335,3 +335,21 @@ def test_a_tune_is_refused_without_a_deployed_service_or_room_or_ports_of_its_ow
     rc, result = run(capsys, **args(ct129, name="nextn", baseline=None, state_dir=state, tp_size="4",
                                     gpu_devices="0,2,3,4", trials={"ports": [30020, 30021]}))
     assert rc == 1 and "no room for a tune beside nextn" in result["msg"] and "needs 8 free GPUs" in result["msg"], result["msg"]
+
+
+def test_a_gpu_that_logged_a_fatal_xid_refuses_the_variant_before_anything_changes(ct129, capsys, tmp_path):
+    """An Xid 48 (double-bit ECC error, NVIDIA's Xid 48 workflow: reset) on GPU 2 since boot, no manifest
+    to start from: a variant on GPUs 0,2 is refused naming the GPU and the event; on GPUs 0,3 it passes;
+    an application-class Xid 13 on GPU 3 refuses nothing."""
+    state = tmp_path / "gpu"
+    state.mkdir(exist_ok=True)
+    (state / "kernel-test.log").write_text(
+        "[  512.000000] NVRM: Xid (PCI:0000:41:00): 48, pid='<unknown>', name=<unknown>, An uncorrectable double bit "
+        "error (DBE) has been detected on GPU in the framebuffer at physAddr 0x12bac1c3e0 partition 2, subpartition 1.\n"
+        "[  513.000000] NVRM: Xid (PCI:0000:61:00): 13, pid=4242, name=python3, Graphics SM Warp Exception\n")
+    rc, result = run(capsys, **args(ct129))
+    assert rc == 1 and result["step"] == "variant"
+    assert ("GPU 2 (00000000:41:00.0) is not healthy since boot: Xid 48 (Double Bit ECC Error) at 512.0 s since boot: "
+            "reset the GPU (nvidia-smi -r -i N, with no process on it) or reboot the host") in result["errors"]
+    rc, result = run(capsys, **args(ct129, gpu_devices="0,3"))
+    assert rc == 0, result["msg"] if rc else ""

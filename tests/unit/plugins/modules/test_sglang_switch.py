@@ -143,6 +143,10 @@ def script(monkeypatch) -> Script:
             s.calls.append(("gpu", tuple(gpus)))
             return [120 for dummy in gpus]
 
+        def gpu_xids(self, gpus):
+            s.calls.append(("xids", tuple(gpus)))
+            return {"boot_id": "boot-1", "time": 0.0, "source": "journal", "events": []}
+
         def gate(self, url, api_key_file, timeout, settle, unit=None):
             s.calls.append(("gate", url, timeout, settle))
             # the gate's last line, the key in it as a server might echo it (unmasked here)
