@@ -34,7 +34,7 @@ PREFIX = "inferops_sglang_"
 OUTCOMES = ("switched", "unchanged", "rolled_back", "rollback_failed", "refused")
 HEALTHY = ("switched", "unchanged", "rolled_back", "refused")
 WATCHDOG_EVENTS = ("restarted", "held_back", "report", "restart_failed", "interrupted_switch", "recovered",
-                   "gateway_routed", "gateway_unrouted")
+                   "gateway_routed", "gateway_unrouted", "gpu_needs_reset")
 PERF_FIGURES = ("output_tokens_per_s", "ttft_p50", "ttft_p95", "tpot_p50", "itl_p50", "accept_length")
 CAUSE_LIMIT = 160
 _NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
@@ -68,7 +68,11 @@ FAMILIES = {
                                              "the recorded deploys."),
     "watchdog_events_total": ("counter", "The watchdog's recorded actions on the service, by event (restarted, held_back, "
                                          "report, restart_failed, interrupted_switch, recovered; behind the gateway "
-                                         "gateway_routed, gateway_unrouted)."),
+                                         "gateway_routed, gateway_unrouted; gpu_needs_reset: not restarted, its GPU "
+                                         "needs a reset or a reboot)."),
+    "gpu_xid_events_total": ("counter", "Xid events the watchdog saw in the kernel log on the service's GPUs, by GPU, "
+                                        "Xid and NVIDIA's action (ignore, restart_app, reset_gpu, reboot, "
+                                        "contact_support; docs/gpu-health.md)."),
     "watchdog_last_event_timestamp_seconds": ("gauge", "When the watchdog last recorded an action, in seconds since the epoch."),
 }
 
@@ -163,6 +167,14 @@ def textfile(service: str, deploys: list[dict], watchdog: list[dict] | None = No
     if events or deploys:
         for event in WATCHDOG_EVENTS:
             out.sample("watchdog_events_total", dict(svc, event=event), sum(r.get("event") == event for r in events))
+    xids: dict[tuple, int] = {}
+    for record in watchdog or []:
+        xid = record.get("xid") if record.get("event") == "gpu_xid" else None
+        if isinstance(xid, dict):
+            key = (xid.get("gpu"), xid.get("bus_id"), xid.get("xid"), xid.get("action"))
+            xids[key] = xids.get(key, 0) + 1
+    for (gpu, bus, number, action), count in sorted(xids.items(), key=lambda kv: tuple(str(k) for k in kv[0])):
+        out.sample("gpu_xid_events_total", dict(svc, gpu=gpu, bus_id=bus, xid=number, action=action), count)
     if events:
         stamp = epoch(events[-1].get("time"))
         if stamp is not None:

@@ -454,3 +454,48 @@ def deploy_problems(run_command, devices: list[int], baseline: dict | None, nvid
     since = "since provisioning" if (baseline or {}).get("kernel_log") else "since boot"
     return [f"GPU {g['index']} ({g['pci_bus_id']}) is not healthy {since}: " + "; ".join(verdicts[g["index"]]["sick"])
             for g in gpus if verdicts.get(g["index"], {}).get("sick")]
+
+
+# -- DCGM's level-1 diagnostic (where DCGM is installed) -------------------------------
+
+_DCGM_ROW = re.compile(r"^\|\s(.{25})\s\|\s(.*?)\s*\|$")
+_DCGM_RESULTS = ("Pass", "Skip", "Warn", "Fail", "Not Run")
+
+
+def parse_dcgm_diag(text: str) -> list[dict]:
+    """``dcgmi diag -r 1``'s table: ``{"test", "result", "detail"}`` per test (DCGM 3.x names, "Persistence
+    Mode"; 4.x plugin names with per-GPU rows, "GPU0: Fail", read as tests of their own: "software GPU0"). An
+    ``Error`` row's text (hard-wrapped in its cell) is the detail of the test above it."""
+    rows: list[dict] = []
+    last_test = None
+    for line in (text or "").splitlines():
+        match = _DCGM_ROW.match(line.rstrip())
+        if not match:
+            continue
+        name, value = match.group(1).strip(), match.group(2).strip()
+        per_gpu = re.match(r"^(GPU\d+):\s*(\S+)", value)
+        result = next((r for r in _DCGM_RESULTS if value == r or value.startswith(r + " ")), None)
+        if name == "Error" and rows:
+            rows[-1]["detail"] = value
+        elif not name and per_gpu and last_test:
+            rows.append({"test": f"{last_test} {per_gpu.group(1)}", "result": per_gpu.group(2), "detail": ""})
+        elif not name and rows and rows[-1]["detail"]:
+            rows[-1]["detail"] += value   # the rest of an error text wrapped in its cell
+        elif name and result:
+            last_test = name
+            rows.append({"test": name, "result": result, "detail": ""})
+    return rows
+
+
+def read_dcgm(run_command, dcgmi: str) -> tuple[list[str], str | None]:
+    """(the failed or warned tests of ``dcgmi diag -r 1``, problem): exit 0 all passed (or warned), 226
+    (DCGM_ST_NVVS_ERROR, -30) a test failed, 205 (-51) one that asks for isolation; another exit: it did
+    not run (its host engine down, for one), which is the problem."""
+    rc, out, err = run_command([dcgmi, "diag", "-r", "1"])
+    rows = parse_dcgm_diag(out)
+    said = [f"DCGM diagnostic level 1: {r['test']} {r['result']}" + (f": {r['detail']}" if r["detail"] else "")
+            for r in rows if r["result"] in ("Fail", "Warn")]
+    if rc in (0, 205, 226) and rows:
+        return said, None
+    return said, f"dcgmi diag -r 1 did not run (exit {rc}): {' '.join((err or out).split())[:300] or 'no output'}"
+

@@ -27,6 +27,13 @@ which runs ``run_once`` every ``interval`` seconds as root:
    ``action`` report only records. A switch left interrupted (switch.json, a killed deploy)
    is never restarted by the watchdog: the next deploy repairs it.
 
+6. The GPUs the server runs on (current.json's ``gpu_devices``): each new Xid event the kernel
+   log shows on them since the last run is one ``gpu_xid`` record (GPU, bus id, Xid, NVIDIA's
+   action: _gpu_health) and a journal line, an error when the GPU needs a reset or a reboot; the
+   textfile counts them by GPU, Xid and action. A server that stops serving after such an event
+   (and has not served since) is not restarted: restarting cannot help a GPU that needs a reset
+   or a reboot; ``gpu_needs_reset`` says so, once.
+
 Each action is one line of ``watchdog/history.jsonl`` in the service's state directory
 (beside the deploy history, which keeps one schema: deploy records) and a journal line under
 the watchdog unit; the count survives between runs in ``watchdog/state.json``, written only
@@ -48,6 +55,8 @@ from ansible_collections.inferops.sglang.plugins.module_utils import _credential
 from ansible_collections.inferops.sglang.plugins.module_utils import _deploy_lock as lock
 from ansible_collections.inferops.sglang.plugins.module_utils import _deploy_metrics
 from ansible_collections.inferops.sglang.plugins.module_utils import _gateway
+from ansible_collections.inferops.sglang.plugins.module_utils import _gpu
+from ansible_collections.inferops.sglang.plugins.module_utils import _gpu_health
 from ansible_collections.inferops.sglang.plugins.module_utils import _mask
 from ansible_collections.inferops.sglang.plugins.module_utils import _process_watch as watch
 from ansible_collections.inferops.sglang.plugins.module_utils import _state_files as files
@@ -73,6 +82,8 @@ DEFAULTS = {
     "prompt": "The capital city of France is",
     "max_tokens": 8,
     "textfile_dir": None,
+    # read the kernel log's Xid events on the server's GPUs at each run
+    "gpu_health": True,
     # the host's gateway in front of the server (url, control_key_file, timeout): a serving server it
     # does not list is put back (a switch cut short after it took the server out, a hand that removed it)
     "gateway": None,
@@ -81,7 +92,7 @@ REQUIRED = ("unit", "url", "service_dir")
 # Probe failures that are the watchdog's, not the server's: never counted, never a restart.
 NOT_THE_SERVER = ("config_unreadable", "unauthorized")
 RECORD_KEYS = ("time", "host", "unit", "event", "action", "failures", "invocation", "main_pid", "probe",
-               "restarts_in_a_row", "backoff_s", "msg")
+               "restarts_in_a_row", "backoff_s", "msg", "xid")
 # journald reads a "<N>" prefix on a service's output as the line's priority (sd-daemon(3)).
 PRIORITY = {"debug": "<7>", "info": "<6>", "notice": "<5>", "warning": "<4>", "err": "<3>"}
 
@@ -196,6 +207,7 @@ class Watchdog:
         self.state_file = os.path.join(self.directory, "state.json")
         self.records = os.path.join(self.directory, "history.jsonl")
         self.lock_file = os.path.join(settings["service_dir"], "deploy.lock")
+        self.gpu_file = os.path.join(self.directory, "gpu.json")
 
     def _masked(self, text: str) -> str:
         return _mask.mask(text, (self.key,))
@@ -243,14 +255,58 @@ class Watchdog:
         verdict = probe(self.s, Client(self.s["url"], self.key, True, float(self.s["timeout"])), watcher, self.gate_class)
         return verdict, watcher.since_start()
 
-    def _record(self, event: str, state: dict, unit: dict, probe: dict | None, msg: str) -> None:
+    def _gpu_events(self, state: dict, unit: dict) -> list[dict]:
+        """The Xid events on the server's GPUs new since the last run, each recorded (``gpu_xid``) and said;
+        returns the events since the server last served whose GPU needs a reset or a reboot."""
+        current = files.read_json(os.path.join(self.s["service_dir"], "current.json")) or {}
+        gpus = [g for g in current.get("gpu_devices") or [] if isinstance(g, int)]
+        saved = files.read_json(self.gpu_file) or {}
+        if not gpus or not self.s.get("gpu_health", True):
+            return []
+        read = _gpu.read_inventory(self.run_command)
+        buses = {_gpu.normalize_bus_id(g["pci_bus_id"]): g["index"] for g in read["gpus"]
+                 if g["index"] in gpus and g.get("pci_bus_id")}
+        kernel = _gpu_health.read_kernel_log(self.run_command)
+        if kernel["source"] is None:
+            if saved.get("unread") != kernel["boot_id"]:  # said once a boot
+                self.say("warning", f"{self.s['unit']}: {kernel['problem']}")
+                files.replace(self.gpu_file, json.dumps(dict(saved, unread=kernel["boot_id"])))
+            return list(saved.get("fatal") or [])
+        mark = saved.get("cursor") or {}
+        same = mark.get("boot_id") == kernel["boot_id"]
+        new = [e for e in kernel["events"] if e["bus_id"] in buses
+               and (not same or e.get("time") is None or e["time"] > mark.get("time", 0.0))]
+        fatal = list(saved.get("fatal") or []) if same else []
+        for event in new:
+            xid = dict(event, gpu=buses[event["bus_id"]])
+            text = f"GPU {xid['gpu']} ({event['bus_id']}): {_gpu_health.event_text(event)}"
+            bad = event["action"] in _gpu_health.UNUSABLE
+            self.say("err" if bad else "warning", f"{self.s['unit']}: {text}")
+            self._record("gpu_xid", state, unit, None, text, xid={k: xid.get(k) for k in (
+                "gpu", "bus_id", "xid", "name", "action", "time", "pid", "process")})
+            if bad:
+                fatal.append({"gpu": xid["gpu"], "text": text})
+        cursor = _gpu_health.cursor(kernel)
+        updated = {"cursor": {"boot_id": cursor["boot_id"], "time": cursor["time"]}, "fatal": fatal}
+        if updated != {k: saved.get(k) for k in updated}:
+            files.replace(self.gpu_file, json.dumps(updated))
+        return fatal
+
+    def _served(self) -> None:
+        """The server serves: whatever its GPUs logged before, they work now."""
+        saved = files.read_json(self.gpu_file) or {}
+        if saved.get("fatal"):
+            files.replace(self.gpu_file, json.dumps(dict(saved, fatal=[])))
+
+    def _record(self, event: str, state: dict, unit: dict, probe: dict | None, msg: str, xid: dict | None = None) -> None:
         record = dict.fromkeys(RECORD_KEYS)
         record.update(
             time=lock.utc_iso(self.now()), host=socket.gethostname(), unit=self.s["unit"], event=event,
             action=self.s["action"], failures=state["failures"], invocation=unit.get("InvocationID"),
             main_pid=int(unit.get("MainPID") or 0) or None, restarts_in_a_row=state["restarts_in_a_row"],
             backoff_s=backoff_for(self.s, state["restarts_in_a_row"]), msg=msg,
-            probe={k: (probe or {}).get(k) for k in ("failure", "phase", "cause", "detail", "elapsed")} if probe else None)
+            probe={k: (probe or {}).get(k) for k in ("failure", "phase", "cause", "detail", "elapsed")} if probe else None,
+            xid=xid)
         files.append_line(self.records, json.dumps(self._masked_value(record)))
         if self.s.get("textfile_dir"):
             try:
@@ -338,6 +394,7 @@ class Watchdog:
                              "nothing to probe (systemd and the deploy own a unit that is not running)")
             return "inactive"
         before = dict(state)
+        fatal = self._gpu_events(state, unit)
         probe, age = self._probe()
         if probe.get("failure") in NOT_THE_SERVER:
             # the watchdog cannot ask (its key is unreadable or refused): a restart would not help
@@ -349,6 +406,7 @@ class Watchdog:
         what = probe.get("msg") or probe.get("failure") or ""
         msg = f"probe {state['failures']}/{limit} failed: {what}"
         if event in ("ok", "recovered"):
+            self._served()
             generation = probe.get("generation") or {}
             msg = (f"{unit_name} serves: {generation.get('completion_tokens')} tokens in "
                    f"{generation.get('latency')} s")
@@ -377,6 +435,9 @@ class Watchdog:
             if os.path.exists(os.path.join(self.s["service_dir"], "switch.json")):
                 event, why = "interrupted_switch", ("not restarted: a switch was interrupted (switch.json); "
                                                     "the next deploy repairs it")
+            elif fatal:
+                event, why = "gpu_needs_reset", ("not restarted: restarting cannot help, its GPU needs a reset or a "
+                                                 "reboot: " + "; ".join(f["text"] for f in fatal))
             else:
                 event, why = self._restart(state, unit, probe)
             msg = f"{limit} probes in a row failed ({what}); {why}"
@@ -388,7 +449,7 @@ class Watchdog:
                 state["invocation"] = self._unit().get("InvocationID") or None
             elif event == "restart_failed":  # tried: the backoff applies to the next try
                 state.update(restarts_in_a_row=state["restarts_in_a_row"] + 1, last_restart=self.now())
-            elif event == "interrupted_switch":  # said once, until the next deploy or a recovery
+            elif event in ("interrupted_switch", "gpu_needs_reset"):  # said once, until the next deploy or a recovery
                 state["reported"] = True
         if state != before or saved != state:
             files.replace(self.state_file, json.dumps(state))

@@ -80,6 +80,14 @@ options:
     type: str
     choices: [warn, refuse]
     default: warn
+  dcgm:
+    description:
+      - With O(health), run DCGM's level-1 diagnostic (C(dcgmi diag -r 1), the level DCGM documents for every GPU
+        class) when C(dcgmi) is installed (V(auto)), or never. A test that fails or warns is a warning with DCGM's
+        words; the GPUs' usability is decided by the signals above.
+    type: str
+    choices: [auto, never]
+    default: auto
   health_baseline:
     description:
       - The host manifest whose GPU counters the new ones are compared with (uncorrectable ECC errors new since the
@@ -220,6 +228,9 @@ ansible_facts:
               deploy reads what is new. C(problem) when unread. Null without O(health).
           type: dict
           sample: {source: journal, boot_id: 5d2c1ba1c9e44d5c9a8c8b3e0c7f1e2a, time: 0.0, problem: null}
+        dcgm:
+          description: DCGM's level-1 diagnostic, when it ran (C(findings) the failed or warned tests, C(problem) when it could not run); null without C(dcgmi).
+          type: dict
         health_warnings:
           description: What the health check found that leaves the GPUs usable (ECC disabled, an Xid to look into, an unread source).
           type: list
@@ -321,8 +332,8 @@ def _container(module: AnsibleModule, versions: dict, gpus: list[dict]) -> dict:
     return result
 
 
-def _health(module: AnsibleModule, smi: str, gpus: list[dict]) -> tuple[dict | None, list[str]]:
-    """Each GPU's health in ``gpus`` (a sick one made unusable); (the kernel log's cursor, warnings)."""
+def _health(module: AnsibleModule, smi: str, gpus: list[dict]) -> tuple[dict | None, dict | None, list[str]]:
+    """Each GPU's health in ``gpus`` (a sick one made unusable); (the kernel log's cursor, DCGM's diagnostic, warnings)."""
     p = module.params
     kernel = _gpu_health.read_kernel_log(module.run_command)
     memory, problem = _gpu_health.read_memory_health(module.run_command, smi)
@@ -342,7 +353,13 @@ def _health(module: AnsibleModule, smi: str, gpus: list[dict]) -> tuple[dict | N
         warnings.extend(f"GPU {gpu['index']} ({gpu['pci_bus_id']}): {w}" for w in verdict["warnings"])
         if verdict["sick"] and gpu["usable"]:
             gpu.update(usable=False, state="sick", problem="; ".join(verdict["sick"]))
-    return dict(_gpu_health.cursor(kernel), problem=kernel["problem"]), warnings
+    dcgmi = module.get_bin_path("dcgmi") if p["dcgm"] == "auto" else None
+    dcgm = None
+    if dcgmi:
+        findings, problem = _gpu_health.read_dcgm(module.run_command, dcgmi)
+        dcgm = dict(findings=findings, problem=problem)
+        warnings.extend(findings + ([problem] if problem else []))
+    return dict(_gpu_health.cursor(kernel), problem=kernel["problem"]), dcgm, warnings
 
 
 def _select(requested: list[int] | None, gpus: list[dict], errors: list[str]) -> list[int]:
@@ -374,6 +391,7 @@ def main() -> None:
             health=dict(type="bool", default=True),
             ecc_disabled=dict(type="str", default="warn", choices=["warn", "refuse"]),
             health_baseline=dict(type="path", default=hm.DEFAULT_PATH),
+            dcgm=dict(type="str", default="auto", choices=["auto", "never"]),
         ),
         supports_check_mode=True,
     )
@@ -387,7 +405,7 @@ def main() -> None:
         gpu["device_minor"] = gpu_mod.device_minor(p["driver_proc_dir"], gpu)
     versions = gpu_mod.read_versions(module.run_command, smi)
     errors: list[str] = []
-    kernel_log, health_warnings = _health(module, smi, gpus) if p["health"] else (None, [])
+    kernel_log, dcgm, health_warnings = _health(module, smi, gpus) if p["health"] else (None, None, [])
     for warning in health_warnings:
         module.warn(warning)
 
@@ -431,6 +449,7 @@ def main() -> None:
                 cuda_visible_devices=gpu_mod.cuda_visible_devices(devices)),
         container=container,
         kernel_log=kernel_log,
+        dcgm=dcgm,
         health_warnings=health_warnings,
     )
     if errors:

@@ -44,7 +44,7 @@ Xid (``NVRM: Xid (PCI:0000:41:00): 13, pid=..., name=python3, ...``) to the
 lab's kernel log, as a variant whose start faults the GPU does.
 
 The lab's kernel log is ``kernel*.log`` in the ledger directory, each line
-stamped as ``dmesg`` stamps it (seconds since boot, from ``/proc/uptime``); the
+stamped as ``dmesg`` stamps it (seconds since boot); the
 fake ``dmesg`` prints them in order (``kernel_log``).
 
 Memory used on each GPU is kept in a ledger directory (``SGLANG_SIM_STATE``,
@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -248,18 +249,14 @@ def load(path: Path | None = None) -> Hardware:
         raise HardwareError(f"hardware file {path} is malformed: {exc!r}") from exc
 
 
-def uptime() -> float:
-    with open("/proc/uptime", encoding="ascii") as handle:
-        return float(handle.read().split()[0])
-
-
 def log_kernel(text: str, name: str | None = None) -> None:
-    """Append one line to the lab's kernel log, stamped as dmesg stamps it; each writer its own
-    file (``kernel-<pid>.log``: the ledger directory is sticky, shared by every service user)."""
+    """Append one line to the lab's kernel log, stamped as dmesg stamps it (CLOCK_MONOTONIC, the
+    kernel's clock for its log, in microseconds); each writer its own file (``kernel-<pid>.log``:
+    the ledger directory is sticky, shared by every service user)."""
     path = state_dir() / (name or f"kernel-{os.getpid()}.log")
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as handle:
-        handle.write(f"[{uptime():12.6f}] {text}\n")
+        handle.write(f"[{time.monotonic():12.6f}] {text}\n")
 
 
 def kernel_log() -> list[str]:
@@ -271,6 +268,17 @@ def kernel_log() -> list[str]:
         except OSError:
             continue
     return sorted(lines, key=lambda line: float(line[1:line.index("]")]) if line.startswith("[") and "]" in line else 0.0)
+
+
+# What the driver prints after the Xid number, for the Xids the lab logs (a GPU's start_xid, the fault matrix's) (real lines'
+# text: an Xid 13 of driver 550.90.07, an Xid 31 of a data-centre GPU).
+XID_DETAIL = {
+    13: "Graphics SM Warp Exception on (GPC 8, TPC 5, SM 0): Out Of Range Address",
+    31: "Ch 0000000a, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC2 GPCCLIENT_T1_7 faulted @ 0x2b57_b3000000. "
+        "Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE",
+    48: "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at physAddr 0x12bac1c3e0 "
+        "partition 2, subpartition 1.",
+}
 
 
 def xid_line(gpu: Gpu, xid: int, detail: str, pid: int | None = None, name: str | None = None) -> str:

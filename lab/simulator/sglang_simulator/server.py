@@ -262,17 +262,6 @@ def paced(schedule, started: float, scale: float = 1.0, clock=time.monotonic, sl
         yield done
 
 
-# What the driver prints after the Xid number, for the Xids a lab GPU's start_xid names (real lines'
-# text: an Xid 13 of driver 550.90.07, an Xid 31 of a data-centre GPU).
-XID_DETAIL = {
-    13: "Graphics SM Warp Exception on (GPC 8, TPC 5, SM 0): Out Of Range Address",
-    31: "Ch 0000000a, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC2 GPCCLIENT_T1_7 faulted @ 0x2b57_b3000000. "
-        "Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE",
-    48: "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at physAddr 0x12bac1c3e0 "
-        "partition 2, subpartition 1.",
-}
-
-
 class Simulator:
     """One simulated server process."""
 
@@ -428,8 +417,8 @@ class Simulator:
             self.ledger.hold(gpu.index, hw.CUDA_CONTEXT_MIB)
             if gpu.health.get("start_xid"):
                 # a start that faults the GPU: the driver logs it, the server goes on (a gate alone passes)
-                hw.log_kernel(hw.xid_line(gpu, int(gpu.health["start_xid"]), XID_DETAIL.get(int(gpu.health["start_xid"]), "Error"),
-                                          os.getpid(), "python3"))
+                xid = int(gpu.health["start_xid"])
+                hw.log_kernel(hw.xid_line(gpu, xid, hw.XID_DETAIL.get(xid, "Error"), os.getpid(), "python3"))
         self._log_init_end(2.0)
 
         # 0.5.11 model_executor/model_runner.py:1290, 0.5.23 :1274

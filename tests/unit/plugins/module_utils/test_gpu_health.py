@@ -305,3 +305,52 @@ def test_a_deploy_judges_what_provisioning_has_not_seen(tmp_path, monkeypatch):
     baseline["kernel_log"]["boot_id"] = "boot-before"
     assert [p.split(":")[0] for p in h.deploy_problems(run_command, [0, 2], baseline)] == [
         "GPU 0 (00000000", "GPU 2 (00000000"]
+
+
+# dcgmi diag -r 1 of DCGM 3.1.8 on an 8-GPU host with persistence mode off (real, the rows elided here
+# are Pass rows), and the 4.x layout with per-GPU rows.
+DCGM_3 = """\
+Successfully ran diagnostic for group.
++---------------------------+------------------------------------------------+
+| Diagnostic                | Result                                         |
++===========================+================================================+
+|-----  Metadata  ----------+------------------------------------------------|
+| DCGM Version              | 3.1.8                                          |
+| Driver Version Detected   | 550.127.08                                     |
+| GPU Device IDs Detected   | 2335,2335,2335,2335,2335,2335,2335,2335        |
+|-----  Deployment  --------+------------------------------------------------|
+| Denylist                  | Pass                                           |
+| NVML Library              | Pass                                           |
+| Persistence Mode          | Fail                                           |
+| Error                     | Persistence mode for GPU 0 is currently disab  |
+|                           | led. The DCGM diagnostic requires peristence   |
+| Environment Variables     | Pass                                           |
+| Page Retirement/Row Remap | Pass                                           |
++---------------------------+------------------------------------------------+
+"""
+DCGM_4 = """\
+|-----  Metadata  ----------+------------------------------------------------|
+| DCGM Version              | 4.4.2                                          |
+|-----  Deployment  --------+------------------------------------------------|
+| software                  | Pass                                           |
+|                           | GPU0: Pass                                     |
++-----  Hardware  ----------+------------------------------------------------+
+| memory                    | Fail                                           |
+|                           | GPU0: Fail                                     |
+"""
+
+
+def test_dcgm_level_1_tables():
+    rows = h.parse_dcgm_diag(DCGM_3)
+    assert [(r["test"], r["result"]) for r in rows] == [
+        ("Denylist", "Pass"), ("NVML Library", "Pass"), ("Persistence Mode", "Fail"), ("Environment Variables", "Pass"),
+        ("Page Retirement/Row Remap", "Pass")]
+    assert rows[2]["detail"] == "Persistence mode for GPU 0 is currently disabled. The DCGM diagnostic requires peristence"
+    assert [(r["test"], r["result"]) for r in h.parse_dcgm_diag(DCGM_4)] == [
+        ("software", "Pass"), ("software GPU0", "Pass"), ("memory", "Fail"), ("memory GPU0", "Fail")]
+    said, problem = h.read_dcgm(lambda argv: (226, DCGM_3, ""), "/usr/bin/dcgmi")
+    assert problem is None and said == ["DCGM diagnostic level 1: Persistence Mode Fail: Persistence mode for GPU 0 is "
+                                        "currently disabled. The DCGM diagnostic requires peristence"]
+    said, problem = h.read_dcgm(lambda argv: (1, "Error: unable to establish a connection to the specified host: "
+                                                 "localhost", ""), "/usr/bin/dcgmi")
+    assert said == [] and problem.startswith("dcgmi diag -r 1 did not run (exit 1): Error: unable to establish")

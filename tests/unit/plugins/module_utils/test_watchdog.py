@@ -423,3 +423,74 @@ def test_a_gateway_that_will_not_route_is_reported_once_and_a_server_that_does_n
     assert wd.Watchdog(s, run=Host(), out=io.StringIO(), now=lambda: 1_000_000.0, gate_class=gate_returning(WEDGED),
                        gateway_class=fake).run() == "failed"
     assert fake.calls == []
+
+
+# -- the GPUs' Xid events ----------------------------------------------------------------
+
+class GpuHost(Host):
+    """Host with two GPUs (0 at 01:00.0, 2 at 41:00.0) and a kernel log the test writes."""
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.kernel = "[    0.000000] Linux version 6.8.0\n"
+
+    def log(self, time_s: float, bus: str, xid: int, text: str) -> None:
+        self.kernel += f"[{time_s:12.6f}] NVRM: Xid (PCI:0000:{bus}:00): {xid}, pid=77, name=python3, {text}\n"
+
+    def __call__(self, argv: list[str]) -> tuple[int, str, str]:
+        if argv[0] == "nvidia-smi":
+            self.calls.append(argv)
+            return 0, ("0, NVIDIA RTX A6000, GPU-a, 00000000:01:00.0, 49140, 40000, 8.6, 580.95.05\n"
+                       "2, NVIDIA RTX A6000, GPU-b, 00000000:41:00.0, 49140, 40000, 8.6, 580.95.05\n"), ""
+        if argv[0] == "journalctl":
+            return 0, "", ""
+        if argv[0] == "dmesg":
+            return 0, self.kernel, ""
+        return super().__call__(argv)
+
+
+def deployed_on(s: dict, gpus: list[int]) -> None:
+    from pathlib import Path
+    Path(s["service_dir"], "current.json").write_text(json.dumps({"variant": "nextn", "gpu_devices": gpus}))
+
+
+def test_new_xids_on_the_servers_gpus_are_recorded_once_and_counted_in_the_textfile(tmp_path, monkeypatch):
+    from ansible_collections.inferops.sglang.plugins.module_utils import _gpu_health
+    monkeypatch.setattr(_gpu_health, "KERNEL_LOG_COMMANDS", (("journal", ["journalctl"]), ("dmesg", ["dmesg"])))
+    s = settings(tmp_path / "svc", textfile_dir=str(tmp_path / "textfile"))
+    os.makedirs(s["service_dir"])
+    deployed_on(s, [2])
+    host = GpuHost()
+    host.log(100.0, "41", 13, "Graphics SM Warp Exception")
+    host.log(101.0, "01", 79, "GPU has fallen off the bus.")   # GPU 0: not the server's
+    event, said = one_run(s, host, gate_returning(OK))
+    assert event == "ok"
+    assert "GPU 2 (00000000:41:00.0): Xid 13 (Graphics Engine Exception) at 100.0 s since boot" in said
+    assert "Xid 79" not in said
+    host.log(102.0, "41", 13, "Graphics SM Warp Exception")
+    one_run(s, host, gate_returning(OK))
+    one_run(s, host, gate_returning(OK))   # nothing new: nothing said, nothing recorded
+    got = [r for r in records(s) if r["event"] == "gpu_xid"]
+    assert [(r["xid"]["gpu"], r["xid"]["xid"], r["xid"]["action"], r["xid"]["time"]) for r in got] == [
+        (2, 13, "restart_app", 100.0), (2, 13, "restart_app", 102.0)]
+    text = (tmp_path / "textfile" / "inferops_sglang_sglang-qwen.service.prom").read_text()
+    assert ('inferops_sglang_gpu_xid_events_total{action="restart_app",bus_id="00000000:41:00.0",gpu="2",'
+            'service="sglang-qwen.service",xid="13"} 2') in text
+
+
+def test_a_server_whose_gpu_needs_a_reset_is_not_restarted_in_vain(tmp_path, monkeypatch):
+    from ansible_collections.inferops.sglang.plugins.module_utils import _gpu_health
+    monkeypatch.setattr(_gpu_health, "KERNEL_LOG_COMMANDS", (("dmesg", ["dmesg"]),))
+    s = settings(tmp_path, failures=1)
+    deployed_on(s, [0, 2])
+    host = GpuHost()
+    assert one_run(s, host, gate_returning(OK))[0] == "ok"
+    host.log(200.0, "41", 79, "GPU has fallen off the bus.")
+    event, said = one_run(s, host, gate_returning(WEDGED))
+    assert event == "gpu_needs_reset" and host.restarts() == 0
+    assert "not restarted: restarting cannot help, its GPU needs a reset or a reboot: GPU 2 (00000000:41:00.0): Xid 79" in said
+    assert one_run(s, host, gate_returning(WEDGED))[0] == "failed"    # said once
+    assert [r["event"] for r in records(s)] == ["gpu_xid", "gpu_needs_reset"]
+    # the operator reset the GPU and the server serves again: the next wedge is restarted as ever
+    assert one_run(s, host, gate_returning(OK))[0] == "recovered"
+    assert one_run(s, host, gate_returning(WEDGED))[0] == "restarted" and host.restarts() == 1

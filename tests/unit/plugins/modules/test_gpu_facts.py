@@ -286,3 +286,24 @@ def test_an_unreadable_kernel_log_is_a_warning(host, capsys, tmp_path, monkeypat
     rc, result = run(capsys, model_path=QWEN, health_baseline=str(tmp_path / "none.json"))
     assert rc == 0 and result["ansible_facts"]["inferops_gpus"]["kernel_log"]["source"] is None
     assert any("Xid events are not checked" in w for w in result["ansible_facts"]["inferops_gpus"]["health_warnings"])
+
+
+def test_dcgm_level_1_runs_where_dcgmi_is_installed_and_its_failures_are_warnings(host, capsys, tmp_path):
+    """A stand-in dcgmi on PATH printing DCGM 3.1.8's table with a failed test (exit 226, DCGM_ST_NVVS_ERROR)."""
+    import stat
+    host()
+    table = ("| Persistence Mode          | Fail                                           |\n"
+             "| Error                     | Persistence mode for GPU 0 is currently disab  |\n"
+             "|                           | led.                                           |\n"
+             "| Page Retirement/Row Remap | Pass                                           |\n")
+    dcgmi = tmp_path / "bin" / "dcgmi"
+    dcgmi.write_text(f"#!/bin/sh\ncat <<'EOF'\n{table}EOF\nexit 226\n")
+    dcgmi.chmod(dcgmi.stat().st_mode | stat.S_IXUSR)
+    rc, result = run(capsys, model_path=QWEN, health_baseline=str(tmp_path / "none.json"))
+    facts = result["ansible_facts"]["inferops_gpus"]
+    assert rc == 0 and facts["usable"] == [0, 2, 3, 4, 5, 6, 7]
+    assert facts["dcgm"] == {"findings": ["DCGM diagnostic level 1: Persistence Mode Fail: Persistence mode for GPU 0 "
+                                          "is currently disabled."], "problem": None}
+    assert facts["dcgm"]["findings"][0] in facts["health_warnings"]
+    rc, result = run(capsys, model_path=QWEN, health_baseline=str(tmp_path / "none.json"), dcgm="never")
+    assert result["ansible_facts"]["inferops_gpus"]["dcgm"] is None
