@@ -70,6 +70,11 @@ FAMILIES = {
                                          "report, restart_failed, interrupted_switch, recovered; behind the gateway "
                                          "gateway_routed, gateway_unrouted; gpu_needs_reset: not restarted, its GPU "
                                          "needs a reset or a reboot)."),
+    "gpu_ecc_uncorrected_errors": ("gauge", "The newest uncorrectable ECC error counts the watchdog read of the "
+                                            "service's GPUs, by GPU and count (aggregate: the card's life; volatile: "
+                                            "since the driver loaded)."),
+    "gpu_row_remap_pending": ("gauge", "1 when the GPU has a row remap pending (it needs a reset), as the watchdog "
+                                       "last read it; 0 when not."),
     "gpu_xid_events_total": ("counter", "Xid events the watchdog saw in the kernel log on the service's GPUs, by GPU, "
                                         "Xid and NVIDIA's action (ignore, restart_app, reset_gpu, reboot, "
                                         "contact_support; docs/gpu-health.md)."),
@@ -175,6 +180,19 @@ def textfile(service: str, deploys: list[dict], watchdog: list[dict] | None = No
             xids[key] = xids.get(key, 0) + 1
     for (gpu, bus, number, action), count in sorted(xids.items(), key=lambda kv: tuple(str(k) for k in kv[0])):
         out.sample("gpu_xid_events_total", dict(svc, gpu=gpu, bus_id=bus, xid=number, action=action), count)
+    newest: dict = {}
+    for record in watchdog or []:
+        memory = record.get("memory") if record.get("event") == "gpu_memory" else None
+        if isinstance(memory, dict) and isinstance(memory.get("counters"), dict):
+            newest[(memory.get("gpu"), memory.get("bus_id"))] = memory["counters"]
+    for (gpu, bus), counters in sorted(newest.items(), key=lambda kv: str(kv[0])):
+        labels = dict(svc, gpu=gpu, bus_id=bus)
+        for count in ("aggregate", "volatile"):
+            value = counters.get(f"{count}_uncorrected")
+            if isinstance(value, int) and not isinstance(value, bool):
+                out.sample("gpu_ecc_uncorrected_errors", dict(labels, count=count), value)
+        if isinstance(counters.get("remap_pending"), bool):
+            out.sample("gpu_row_remap_pending", labels, counters["remap_pending"])
     if events:
         stamp = epoch(events[-1].get("time"))
         if stamp is not None:

@@ -29,10 +29,12 @@ which runs ``run_once`` every ``interval`` seconds as root:
 
 6. The GPUs the server runs on (current.json's ``gpu_devices``): each new Xid event the kernel
    log shows on them since the last run is one ``gpu_xid`` record (GPU, bus id, Xid, NVIDIA's
-   action: _gpu_health) and a journal line, an error when the GPU needs a reset or a reboot; the
-   textfile counts them by GPU, Xid and action. A server that stops serving after such an event
-   (and has not served since) is not restarted: restarting cannot help a GPU that needs a reset
-   or a reboot; ``gpu_needs_reset`` says so, once.
+   action: _gpu_health) and a journal line, an error when the GPU needs a reset or a reboot; each
+   change of a GPU's memory counters (uncorrectable ECC errors, a row remap pending or failed) one
+   ``gpu_memory`` record. The textfile counts the Xids by GPU, Xid and action and gives the newest
+   counters. A server that stops serving after such an event (and has not served since) is not
+   restarted: restarting cannot help a GPU that needs a reset or a reboot; ``gpu_needs_reset``
+   says so, once.
 
 Each action is one line of ``watchdog/history.jsonl`` in the service's state directory
 (beside the deploy history, which keeps one schema: deploy records) and a journal line under
@@ -92,7 +94,7 @@ REQUIRED = ("unit", "url", "service_dir")
 # Probe failures that are the watchdog's, not the server's: never counted, never a restart.
 NOT_THE_SERVER = ("config_unreadable", "unauthorized")
 RECORD_KEYS = ("time", "host", "unit", "event", "action", "failures", "invocation", "main_pid", "probe",
-               "restarts_in_a_row", "backoff_s", "msg", "xid")
+               "restarts_in_a_row", "backoff_s", "msg", "xid", "memory")
 # journald reads a "<N>" prefix on a service's output as the line's priority (sd-daemon(3)).
 PRIORITY = {"debug": "<7>", "info": "<6>", "notice": "<5>", "warning": "<4>", "err": "<3>"}
 
@@ -256,8 +258,11 @@ class Watchdog:
         return verdict, watcher.since_start()
 
     def _gpu_events(self, state: dict, unit: dict) -> list[dict]:
-        """The Xid events on the server's GPUs new since the last run, each recorded (``gpu_xid``) and said;
-        returns the events since the server last served whose GPU needs a reset or a reboot."""
+        """The server's GPUs since the last run: each new Xid event in the kernel log (``gpu_xid``) and each
+        change of a GPU's memory counters (``gpu_memory``: uncorrectable ECC errors, a row remap pending or
+        failed, the recovery action; the first run records where they stand) recorded and said, an error
+        when the GPU needs a reset or a reboot. Returns what, since the server last served, makes a
+        restart useless (a reset- or reboot-class Xid, a GPU the counters make sick)."""
         current = files.read_json(os.path.join(self.s["service_dir"], "current.json")) or {}
         gpus = [g for g in current.get("gpu_devices") or [] if isinstance(g, int)]
         saved = files.read_json(self.gpu_file) or {}
@@ -267,28 +272,52 @@ class Watchdog:
         buses = {_gpu.normalize_bus_id(g["pci_bus_id"]): g["index"] for g in read["gpus"]
                  if g["index"] in gpus and g.get("pci_bus_id")}
         kernel = _gpu_health.read_kernel_log(self.run_command)
+        fatal = list(saved.get("fatal") or [])
+        updated = dict(saved)
         if kernel["source"] is None:
             if saved.get("unread") != kernel["boot_id"]:  # said once a boot
                 self.say("warning", f"{self.s['unit']}: {kernel['problem']}")
-                files.replace(self.gpu_file, json.dumps(dict(saved, unread=kernel["boot_id"])))
-            return list(saved.get("fatal") or [])
-        mark = saved.get("cursor") or {}
-        same = mark.get("boot_id") == kernel["boot_id"]
-        new = [e for e in kernel["events"] if e["bus_id"] in buses
-               and (not same or e.get("time") is None or e["time"] > mark.get("time", 0.0))]
-        fatal = list(saved.get("fatal") or []) if same else []
-        for event in new:
-            xid = dict(event, gpu=buses[event["bus_id"]])
-            text = f"GPU {xid['gpu']} ({event['bus_id']}): {_gpu_health.event_text(event)}"
-            bad = event["action"] in _gpu_health.UNUSABLE
-            self.say("err" if bad else "warning", f"{self.s['unit']}: {text}")
-            self._record("gpu_xid", state, unit, None, text, xid={k: xid.get(k) for k in (
-                "gpu", "bus_id", "xid", "name", "action", "time", "pid", "process")})
-            if bad:
-                fatal.append({"gpu": xid["gpu"], "text": text})
-        cursor = _gpu_health.cursor(kernel)
-        updated = {"cursor": {"boot_id": cursor["boot_id"], "time": cursor["time"]}, "fatal": fatal}
-        if updated != {k: saved.get(k) for k in updated}:
+                updated["unread"] = kernel["boot_id"]
+        else:
+            mark = saved.get("cursor") or {}
+            same = mark.get("boot_id") == kernel["boot_id"]
+            fatal = fatal if same else []
+            for event in kernel["events"]:
+                if event["bus_id"] not in buses or (same and event.get("time") is not None
+                                                    and event["time"] <= mark.get("time", 0.0)):
+                    continue
+                xid = dict(event, gpu=buses[event["bus_id"]])
+                text = f"GPU {xid['gpu']} ({event['bus_id']}): {_gpu_health.event_text(event)}"
+                bad = event["action"] in _gpu_health.UNUSABLE
+                self.say("err" if bad else "warning", f"{self.s['unit']}: {text}")
+                self._record("gpu_xid", state, unit, None, text, xid={k: xid.get(k) for k in (
+                    "gpu", "bus_id", "xid", "name", "action", "time", "pid", "process")})
+                if bad:
+                    fatal.append({"gpu": xid["gpu"], "text": text})
+            cursor = _gpu_health.cursor(kernel)
+            updated["cursor"] = {"boot_id": cursor["boot_id"], "time": cursor["time"]}
+        memory, _problem = _gpu_health.read_memory_health(self.run_command)
+        counted = dict(saved.get("counters") or {})
+        for bus, index in sorted(buses.items(), key=lambda item: item[1]):
+            if bus not in memory:
+                continue
+            before = counted.get(str(index))
+            verdict = _gpu_health.assess(bus, memory[bus], [], baseline=before)
+            if verdict["counters"] == before:
+                continue
+            counted[str(index)] = verdict["counters"]
+            c = verdict["counters"]
+            text = (f"GPU {index} ({bus}): " + ("; ".join(verdict["sick"]) if verdict["sick"] else
+                    f"memory health: ECC {c['ecc_mode'] or 'N/A'}, uncorrectable errors {c['aggregate_uncorrected']} "
+                    f"(aggregate), {c['volatile_uncorrected']} (since the driver loaded), row remap pending "
+                    f"{c['remap_pending']}, remapping failed {c['remap_failure']}"))
+            self.say("err" if verdict["sick"] else "info", f"{self.s['unit']}: {text}")
+            self._record("gpu_memory", state, unit, None, text,
+                         memory={"gpu": index, "bus_id": bus, "counters": c, "sick": verdict["sick"]})
+            if verdict["sick"]:
+                fatal.append({"gpu": index, "text": text})
+        updated.update(counters=counted, fatal=fatal)
+        if updated != saved:
             files.replace(self.gpu_file, json.dumps(updated))
         return fatal
 
@@ -298,7 +327,8 @@ class Watchdog:
         if saved.get("fatal"):
             files.replace(self.gpu_file, json.dumps(dict(saved, fatal=[])))
 
-    def _record(self, event: str, state: dict, unit: dict, probe: dict | None, msg: str, xid: dict | None = None) -> None:
+    def _record(self, event: str, state: dict, unit: dict, probe: dict | None, msg: str, xid: dict | None = None,
+                memory: dict | None = None) -> None:
         record = dict.fromkeys(RECORD_KEYS)
         record.update(
             time=lock.utc_iso(self.now()), host=socket.gethostname(), unit=self.s["unit"], event=event,
@@ -306,7 +336,7 @@ class Watchdog:
             main_pid=int(unit.get("MainPID") or 0) or None, restarts_in_a_row=state["restarts_in_a_row"],
             backoff_s=backoff_for(self.s, state["restarts_in_a_row"]), msg=msg,
             probe={k: (probe or {}).get(k) for k in ("failure", "phase", "cause", "detail", "elapsed")} if probe else None,
-            xid=xid)
+            xid=xid, memory=memory)
         files.append_line(self.records, json.dumps(self._masked_value(record)))
         if self.s.get("textfile_dir"):
             try:

@@ -433,11 +433,25 @@ class GpuHost(Host):
     def __init__(self, **kw) -> None:
         super().__init__(**kw)
         self.kernel = "[    0.000000] Linux version 6.8.0\n"
+        self.memory = {"01": {"unc": 0, "pending": "No"}, "41": {"unc": 0, "pending": "No"}}
+
+    def xml(self) -> str:
+        """nvidia-smi -q -x (DTD v12's elements the reader reads) of the two GPUs."""
+        gpus = "".join(
+            f'<gpu id="00000000:{bus}:00.0"><ecc_mode><current_ecc>Enabled</current_ecc><pending_ecc>Enabled'
+            f'</pending_ecc></ecc_mode><ecc_errors><volatile><dram_uncorrectable>{m["unc"]}</dram_uncorrectable>'
+            f'</volatile><aggregate><dram_uncorrectable>{m["unc"]}</dram_uncorrectable></aggregate></ecc_errors>'
+            f'<remapped_rows><remapped_row_corr>0</remapped_row_corr><remapped_row_unc>{m["unc"]}</remapped_row_unc>'
+            f'<remapped_row_pending>{m["pending"]}</remapped_row_pending><remapped_row_failure>No'
+            f'</remapped_row_failure></remapped_rows></gpu>' for bus, m in self.memory.items())
+        return f'<?xml version="1.0" ?>\n<nvidia_smi_log>{gpus}</nvidia_smi_log>'
 
     def log(self, time_s: float, bus: str, xid: int, text: str) -> None:
         self.kernel += f"[{time_s:12.6f}] NVRM: Xid (PCI:0000:{bus}:00): {xid}, pid=77, name=python3, {text}\n"
 
     def __call__(self, argv: list[str]) -> tuple[int, str, str]:
+        if argv[0] == "nvidia-smi" and "-q" in argv:
+            return 0, self.xml(), ""
         if argv[0] == "nvidia-smi":
             self.calls.append(argv)
             return 0, ("0, NVIDIA RTX A6000, GPU-a, 00000000:01:00.0, 49140, 40000, 8.6, 580.95.05\n"
@@ -490,7 +504,31 @@ def test_a_server_whose_gpu_needs_a_reset_is_not_restarted_in_vain(tmp_path, mon
     assert event == "gpu_needs_reset" and host.restarts() == 0
     assert "not restarted: restarting cannot help, its GPU needs a reset or a reboot: GPU 2 (00000000:41:00.0): Xid 79" in said
     assert one_run(s, host, gate_returning(WEDGED))[0] == "failed"    # said once
-    assert [r["event"] for r in records(s)] == ["gpu_xid", "gpu_needs_reset"]
+    # the first run recorded where each GPU's memory counters stand
+    assert [r["event"] for r in records(s)] == ["gpu_memory", "gpu_memory", "gpu_xid", "gpu_needs_reset"]
     # the operator reset the GPU and the server serves again: the next wedge is restarted as ever
     assert one_run(s, host, gate_returning(OK))[0] == "recovered"
     assert one_run(s, host, gate_returning(WEDGED))[0] == "restarted" and host.restarts() == 1
+
+
+def test_the_gpus_memory_counters_are_recorded_when_they_change_and_a_pending_remap_stops_a_restart(tmp_path, monkeypatch):
+    from ansible_collections.inferops.sglang.plugins.module_utils import _gpu_health
+    monkeypatch.setattr(_gpu_health, "KERNEL_LOG_COMMANDS", (("dmesg", ["dmesg"]),))
+    s = settings(tmp_path / "svc", failures=1, textfile_dir=str(tmp_path / "textfile"))
+    os.makedirs(s["service_dir"])
+    deployed_on(s, [2])
+    host = GpuHost()
+    event, said = one_run(s, host, gate_returning(OK))
+    assert event == "ok" and "GPU 2 (00000000:41:00.0): memory health: ECC Enabled, uncorrectable errors 0" in said
+    assert "GPU" not in one_run(s, host, gate_returning(OK))[1]   # unchanged: nothing said or recorded
+    host.memory["41"] = {"unc": 2, "pending": "Yes"}              # a double-bit error, its row marked for remapping
+    event, said = one_run(s, host, gate_returning(WEDGED))
+    assert event == "gpu_needs_reset" and host.restarts() == 0
+    assert "a row remap is pending" in said and "2 new uncorrectable ECC error(s) since the last check (aggregate 0 -> 2)" in said
+    got = [(r["event"], r["memory"]["counters"]["aggregate_uncorrected"]) for r in records(s) if r["memory"]]
+    assert got == [("gpu_memory", 0), ("gpu_memory", 2)]
+    text = (tmp_path / "textfile" / "inferops_sglang_sglang-qwen.service.prom").read_text()
+    assert ('inferops_sglang_gpu_ecc_uncorrected_errors{bus_id="00000000:41:00.0",count="aggregate",gpu="2",'
+            'service="sglang-qwen.service"} 2') in text
+    assert 'inferops_sglang_gpu_row_remap_pending{bus_id="00000000:41:00.0",gpu="2",service="sglang-qwen.service"} 1' in text
+
