@@ -405,15 +405,12 @@ KERNEL_LOG_COMMANDS = (("journal", ["journalctl", "-k", "-b", "-o", "short-monot
 
 
 def read_kernel_log(run_command, boot_id_path: str = "/proc/sys/kernel/random/boot_id") -> dict:
-    """The kernel log of this boot: ``{"source": "journal"|"dmesg"|None, "events", "boot_id", "uptime",
-    "problem"}``; ``source`` None when neither tool could read it (``problem`` says what each said)."""
-    boot_id = uptime = None
+    """The kernel log of this boot: ``{"source": "journal"|"dmesg"|None, "events", "boot_id", "problem"}``; ``source`` None when neither tool could read it (``problem`` says what each said)."""
+    boot_id = None
     try:
         with open(boot_id_path, encoding="ascii") as handle:
             boot_id = handle.read().strip()
-        with open("/proc/uptime", encoding="ascii") as handle:
-            uptime = float(handle.read().split()[0])
-    except (OSError, ValueError, IndexError):
+    except OSError:
         pass
     said = []
     for source, argv in KERNEL_LOG_COMMANDS:
@@ -423,10 +420,9 @@ def read_kernel_log(run_command, boot_id_path: str = "/proc/sys/kernel/random/bo
             said.append(f"{argv[0]}: {exc}")
             continue
         if rc == 0 and kernel_lines(out):
-            return {"source": source, "events": parse_kernel_log(out), "boot_id": boot_id, "uptime": uptime,
-                    "problem": None}
+            return {"source": source, "events": parse_kernel_log(out), "boot_id": boot_id, "problem": None}
         said.append(f"{argv[0]}: " + (" ".join((err or out).split())[:200] or f"exit {rc}, no kernel log lines"))
-    return {"source": None, "events": [], "boot_id": boot_id, "uptime": uptime,
+    return {"source": None, "events": [], "boot_id": boot_id,
             "problem": "the kernel log cannot be read here, so Xid events are not checked (" + "; ".join(said) + ")"}
 
 
