@@ -1,19 +1,18 @@
 #!/usr/bin/env bash
 # Run every molecule scenario, in lanes side by side: each argument is a lane,
 # its scenarios comma-separated and run one after the other (molecule test -s
-# a -s b). Scenarios whose lab hosts share names (ct129, ct200) must share a
-# lane; lanes share no host name. Each lane's output goes to
+# a -s b). Scenarios whose lab hosts share names (ct129, ct200) never run at
+# once: they share a lane, or the later waits (after:NAME). Each lane's output goes to
 # .cache/molecule/<lane>.log and is printed whole when the lane ends, with
 # the time each scenario took (also printed as each scenario ends; each of its steps'
 # times go to the suite's table, .ci/molecule-steps.py). A scenario in no lane, or in two, is an error:
 # none is left out unseen. A lane's item make:TARGET runs `make TARGET` there
-# instead (make test runs the unit tests first in the first lane, the conformance
-# tests last in the second). An item after:NAME waits until the item NAME has
-# ended in its own lane (run, failed, or never run because its lane stopped):
-# scenarios that share host names may sit in two lanes when the later one waits so.
+# instead (make test runs the conformance tests last in the second lane). An
+# item after:NAME waits until the item NAME has ended in its own lane (run,
+# failed, or never run because its lane stopped).
 #
 #   .ci/molecule-lanes.sh deploy,lab,real provision,fleet
-#   .ci/molecule-lanes.sh make:units,deploy,real provision,fleet,after:deploy,lab,make:conformance
+#   .ci/molecule-lanes.sh deploy,real provision,fleet,after:deploy,lab,make:conformance
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mapfile -t all < <(for f in molecule/*/molecule.yml; do basename "$(dirname "$f")"; done | sort)

@@ -405,7 +405,8 @@ KERNEL_LOG_COMMANDS = (("journal", ["journalctl", "-k", "-b", "-o", "short-monot
 
 
 def read_kernel_log(run_command, boot_id_path: str = "/proc/sys/kernel/random/boot_id") -> dict:
-    """The kernel log of this boot: ``{"source": "journal"|"dmesg"|None, "events", "boot_id", "problem"}``; ``source`` None when neither tool could read it (``problem`` says what each said)."""
+    """The kernel log of this boot: ``{"source": "journal"|"dmesg"|None, "events", "boot_id", "problem"}``;
+    ``source`` None when neither tool could read it (``problem`` says what each said)."""
     boot_id = None
     try:
         with open(boot_id_path, encoding="ascii") as handle:
@@ -494,4 +495,3 @@ def read_dcgm(run_command, dcgmi: str) -> tuple[list[str], str | None]:
     if rc in (0, 205, 226) and rows:
         return said, None
     return said, f"dcgmi diag -r 1 did not run (exit {rc}): {' '.join((err or out).split())[:300] or 'no output'}"
-

@@ -307,10 +307,10 @@ class Watchdog:
                 continue
             counted[str(index)] = verdict["counters"]
             c = verdict["counters"]
-            text = (f"GPU {index} ({bus}): " + ("; ".join(verdict["sick"]) if verdict["sick"] else
-                    f"memory health: ECC {c['ecc_mode'] or 'N/A'}, uncorrectable errors {c['aggregate_uncorrected']} "
-                    f"(aggregate), {c['volatile_uncorrected']} (since the driver loaded), row remap pending "
-                    f"{c['remap_pending']}, remapping failed {c['remap_failure']}"))
+            standing = (f"memory health: ECC {c['ecc_mode'] or 'N/A'}, uncorrectable errors {c['aggregate_uncorrected']} "
+                        f"(aggregate), {c['volatile_uncorrected']} (since the driver loaded), row remap pending "
+                        f"{c['remap_pending']}, remapping failed {c['remap_failure']}")
+            text = f"GPU {index} ({bus}): " + ("; ".join(verdict["sick"]) if verdict["sick"] else standing)
             self.say("err" if verdict["sick"] else "info", f"{self.s['unit']}: {text}")
             self._record("gpu_memory", state, unit, None, text,
                          memory={"gpu": index, "bus_id": bus, "counters": c, "sick": verdict["sick"]})

@@ -531,4 +531,3 @@ def test_the_gpus_memory_counters_are_recorded_when_they_change_and_a_pending_re
     assert ('inferops_sglang_gpu_ecc_uncorrected_errors{bus_id="00000000:41:00.0",count="aggregate",gpu="2",'
             'service="sglang-qwen.service"} 2') in text
     assert 'inferops_sglang_gpu_row_remap_pending{bus_id="00000000:41:00.0",gpu="2",service="sglang-qwen.service"} 1' in text
-
