@@ -311,6 +311,7 @@ class Settings:
     host: str = "localhost"
     gpus: list[int] = field(default_factory=list)
     check_gpus: bool = True
+    check_health: bool = True  # the Xid events the variant's start logs on its GPUs (_gpu_health)
     release_threshold_mib: int = 1024
     release_timeout: float = 120.0
     release_interval: float = 2.0
@@ -998,7 +999,7 @@ class Switch:
 
     def _xids(self) -> dict | None:
         """The kernel log's Xid events on the switch's GPUs (None: no GPU check, or unreadable)."""
-        if not self._gpu_check():
+        if not self._gpu_check() or not self.s.check_health:
             return None
         try:
             return self.host.gpu_xids(list(self.s.gpus))

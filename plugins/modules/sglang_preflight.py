@@ -205,6 +205,13 @@ options:
     description: Query each GPU with C(nvidia-smi).
     type: bool
     default: true
+  check_health:
+    description:
+      - With O(check_gpus), judge the variant's GPUs' health against the host manifest's (module C(inferops.sglang.gpu_facts)
+        read it at provisioning) and refuse the variant on a GPU that logged a reset- or reboot-class Xid since then, has
+        a row remap or page retirement pending, a remapping failure, or new uncorrectable ECC errors.
+    type: bool
+    default: true
   check_help:
     description:
       - Check the rendered flags against C(python -m sglang.launch_server --help) (one import of SGLang). The role
@@ -418,6 +425,7 @@ def main() -> None:
             ddtree_manifest=dict(type="path", default=hm.DDTREE_MANIFEST),
             driver_proc_dir=dict(type="path", default="/proc/driver/nvidia"),
             check_gpus=dict(type="bool", default=True),
+            check_health=dict(type="bool", default=True),
             check_help=dict(type="bool", default=True),
             memory_plan=dict(type="bool", default=True),
             memory_override=dict(type="bool", default=False),

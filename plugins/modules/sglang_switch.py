@@ -99,6 +99,13 @@ options:
     description: Wait for the GPUs' memory after a stop (nvidia-smi).
     type: bool
     default: true
+  check_health:
+    description:
+      - With O(check_gpus), read the kernel log's Xid events on the variant's GPUs over its start; one whose NVIDIA
+        action is to restart the application, or worse, fails the variant though its gate passed (failure C(gpu_xid)),
+        and the switch rolls back.
+    type: bool
+    default: true
   release_threshold_mib:
     description: A GPU holding less than this many MiB is released.
     type: int
@@ -359,6 +366,7 @@ def settings(p: dict) -> _switch.Settings:
         service=p["service"], service_dir=p["service_dir"], files=p["files"], staging=p["staging"],
         baseline_staging=p["baseline_staging"], variant=p["variant"], baseline=p["baseline"], url=p["url"],
         run_id=p["run_id"], host=p["inventory_host"], gpus=list(p["gpu_devices"]), check_gpus=p["check_gpus"],
+        check_health=p["check_health"],
         release_threshold_mib=p["release_threshold_mib"], release_timeout=p["release_timeout"],
         gate_settle=p["gate_settle"], drain_timeout=p["drain_timeout"], drain_interval=p["drain_interval"],
         perf_gate=p["perf_gate"], perf_load=p["perf_load"], perf_thresholds=p["perf_thresholds"],
@@ -382,6 +390,7 @@ def main() -> None:
             inventory_host=dict(type="str", default="localhost"),
             gpu_devices=dict(type="list", elements="int", default=[]),
             check_gpus=dict(type="bool", default=True),
+            check_health=dict(type="bool", default=True),
             release_threshold_mib=dict(type="int", default=1024),
             release_timeout=dict(type="float", default=120),
             gate_settle=dict(type="float", default=5),

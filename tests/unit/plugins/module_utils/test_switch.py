@@ -792,6 +792,12 @@ def test_earlier_xids_and_those_needing_no_action_fail_nothing(ddtree_host, xid)
     assert result["outcome"] == "switched", result["record"]["verdict"]
 
 
+def test_with_the_health_check_off_the_kernel_log_is_not_read(ddtree_host):
+    ddtree_host.start_xids["nextn"] = [13]
+    assert run(ddtree_host, check_health=False)["outcome"] == "switched"
+    assert "xids" not in ddtree_host.kinds("xids")
+
+
 def test_an_unreadable_kernel_log_leaves_the_gate_alone(ddtree_host):
     ddtree_host.start_xids["nextn"] = [13]
     ddtree_host.fail = {("xids", 1): "the kernel log cannot be read here"}
