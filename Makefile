@@ -114,26 +114,25 @@ bench-fleet: setup
 
 ## Every check: lint, sanity, unit tests, conformance against real SGLang,
 ## molecule scenarios. First the real-SGLang cache; then two lanes side by side
-## (.ci/molecule-lanes.sh): the deploy scenario and the real one; and the
+## (.ci/molecule-lanes.sh): the unit tests (three workers: they mostly wait on
+## real processes and HTTP), the deploy scenario and the real one; and the
 ## provision and fleet scenarios, the lab scenario once the deploy scenario has
 ## ended (they share the ct129/ct200 host names), and the conformance tests last:
 ## their real SGLang servers on CPU then run beside the real scenario (whose
 ## performance gate only reports), not beside the deploy scenario's replay, whose
 ## enforced gate compares simulated speeds and first-token times a loaded CPU
-## moves (one run: TTFT p95 1.23x beside them). The unit tests (three workers:
-## they mostly wait on real processes and HTTP), and lint and sanity, run from
-## the start beside the lanes, niced (the unit tests less): they take the cores
-## the scenarios leave idle, which mostly wait on servers, gates and timers.
-## Their output is printed whole when they end. Any part failing fails the whole.
-LANES := deploy,real provision,fleet,after:deploy,lab,make:conformance
+## moves (one run: TTFT p95 1.23x beside them). Lint and sanity run from the
+## start beside all that, niced: they take the cores only when the tests leave
+## them idle, and their output is printed whole when both have ended. Any part
+## failing fails the whole. (The unit tests niced beside the lanes instead made
+## the suite slower: the first half of it keeps both cores busy.)
+LANES := make:units,deploy,real provision,fleet,after:deploy,lab,make:conformance
 test: setup real
 	@mkdir -p .cache; \
 	( $(MAKE) --no-print-directory -j2 --output-sync=target lint sanity NICE="nice -n 10" >.cache/lint+sanity.log 2>&1; \
 	  rc=$$?; cat .cache/lint+sanity.log; exit $$rc ) & checks=$$!; \
-	( nice -n 5 $(MAKE) --no-print-directory units >.cache/units.log 2>&1; \
-	  rc=$$?; cat .cache/units.log; exit $$rc ) & units=$$!; \
 	$(MAKE) --no-print-directory molecule MOLECULE_LANES="$(LANES)"; rc=$$?; \
-	wait $$units || rc=1; wait $$checks || rc=1; exit $$rc
+	wait $$checks || rc=1; exit $$rc
 
 ## ansible-lint, then each role's defaults against its meta/argument_specs.yml
 ## (tools/check_argument_specs.py); both run, and either failing fails lint.

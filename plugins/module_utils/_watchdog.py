@@ -31,7 +31,8 @@ which runs ``run_once`` every ``interval`` seconds as root:
    log shows on them since the last run is one ``gpu_xid`` record (GPU, bus id, Xid, NVIDIA's
    action: _gpu_health) and a journal line, an error when the GPU needs a reset or a reboot; each
    change of a GPU's memory counters (uncorrectable ECC errors, a row remap pending or failed) one
-   ``gpu_memory`` record. The textfile counts the Xids by GPU, Xid and action and gives the newest
+   ``gpu_memory`` record (the first reading is the baseline: recorded only when the GPU is
+   sick). The textfile counts the Xids by GPU, Xid and action and gives the newest
    counters. A server that stops serving after such an event (and has not served since) is not
    restarted: restarting cannot help a GPU that needs a reset or a reboot; ``gpu_needs_reset``
    says so, once.
@@ -260,8 +261,8 @@ class Watchdog:
     def _gpu_events(self, state: dict, unit: dict) -> list[dict]:
         """The server's GPUs since the last run: each new Xid event in the kernel log (``gpu_xid``) and each
         change of a GPU's memory counters (``gpu_memory``: uncorrectable ECC errors, a row remap pending or
-        failed, the recovery action; the first run records where they stand) recorded and said, an error
-        when the GPU needs a reset or a reboot. Returns what, since the server last served, makes a
+        failed, the recovery action; the first reading is the baseline, recorded only when it is sick)
+        recorded and said, an error when the GPU needs a reset or a reboot. Returns what, since the server last served, makes a
         restart useless (a reset- or reboot-class Xid, a GPU the counters make sick)."""
         current = files.read_json(os.path.join(self.s["service_dir"], "current.json")) or {}
         gpus = [g for g in current.get("gpu_devices") or [] if isinstance(g, int)]
@@ -306,6 +307,8 @@ class Watchdog:
             if verdict["counters"] == before:
                 continue
             counted[str(index)] = verdict["counters"]
+            if before is None and not verdict["sick"]:
+                continue  # the first reading of a healthy GPU: kept as the baseline, nothing to report
             c = verdict["counters"]
             standing = (f"memory health: ECC {c['ecc_mode'] or 'N/A'}, uncorrectable errors {c['aggregate_uncorrected']} "
                         f"(aggregate), {c['volatile_uncorrected']} (since the driver loaded), row remap pending "

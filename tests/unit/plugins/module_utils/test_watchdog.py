@@ -504,8 +504,7 @@ def test_a_server_whose_gpu_needs_a_reset_is_not_restarted_in_vain(tmp_path, mon
     assert event == "gpu_needs_reset" and host.restarts() == 0
     assert "not restarted: restarting cannot help, its GPU needs a reset or a reboot: GPU 2 (00000000:41:00.0): Xid 79" in said
     assert one_run(s, host, gate_returning(WEDGED))[0] == "failed"    # said once
-    # the first run recorded where each GPU's memory counters stand
-    assert [r["event"] for r in records(s)] == ["gpu_memory", "gpu_memory", "gpu_xid", "gpu_needs_reset"]
+    assert [r["event"] for r in records(s)] == ["gpu_xid", "gpu_needs_reset"]
     # the operator reset the GPU and the server serves again: the next wedge is restarted as ever
     assert one_run(s, host, gate_returning(OK))[0] == "recovered"
     assert one_run(s, host, gate_returning(WEDGED))[0] == "restarted" and host.restarts() == 1
@@ -519,14 +518,16 @@ def test_the_gpus_memory_counters_are_recorded_when_they_change_and_a_pending_re
     deployed_on(s, [2])
     host = GpuHost()
     event, said = one_run(s, host, gate_returning(OK))
-    assert event == "ok" and "GPU 2 (00000000:41:00.0): memory health: ECC Enabled, uncorrectable errors 0" in said
-    assert "GPU" not in one_run(s, host, gate_returning(OK))[1]   # unchanged: nothing said or recorded
+    assert event == "ok" and "GPU" not in said and records(s) == []   # a healthy first reading is the baseline
+    host.memory["41"] = {"unc": 1, "pending": "No"}               # a count that rose, remapped already
+    event, said = one_run(s, host, gate_returning(OK))
+    assert "1 new uncorrectable ECC error(s) since the last check (aggregate 0 -> 1)" in said
     host.memory["41"] = {"unc": 2, "pending": "Yes"}              # a double-bit error, its row marked for remapping
     event, said = one_run(s, host, gate_returning(WEDGED))
     assert event == "gpu_needs_reset" and host.restarts() == 0
-    assert "a row remap is pending" in said and "2 new uncorrectable ECC error(s) since the last check (aggregate 0 -> 2)" in said
+    assert "a row remap is pending" in said and "1 new uncorrectable ECC error(s) since the last check (aggregate 1 -> 2)" in said
     got = [(r["event"], r["memory"]["counters"]["aggregate_uncorrected"]) for r in records(s) if r["memory"]]
-    assert got == [("gpu_memory", 0), ("gpu_memory", 2)]
+    assert got == [("gpu_memory", 1), ("gpu_memory", 2)]
     text = (tmp_path / "textfile" / "inferops_sglang_sglang-qwen.service.prom").read_text()
     assert ('inferops_sglang_gpu_ecc_uncorrected_errors{bus_id="00000000:41:00.0",count="aggregate",gpu="2",'
             'service="sglang-qwen.service"} 2') in text
