@@ -357,11 +357,18 @@ def events_of(events: list[dict], bus: str, after: float | None = None) -> list[
     return [e for e in events if e["bus_id"] == bus and (after is None or e["time"] is None or e["time"] > after)]
 
 
-def new_events(events: list[dict], bus: str, cursor: dict | None, boot_id: str | None) -> list[dict]:
-    """The GPU's events the manifest's kernel-log ``cursor`` ({"boot_id", "time"}) has not seen: after
-    its time in the same boot, every one of this boot after a reboot."""
+def unseen(events: list[dict], cursor: dict | None, boot_id: str | None) -> list[dict]:
+    """The events a kernel-log ``cursor`` ({"boot_id", "time"}: the manifest's, the watchdog's, the mark a
+    switch takes before a start) has not seen: after its time in the same boot, every one of this boot
+    after a reboot or without a cursor."""
     same_boot = cursor and cursor.get("boot_id") and cursor.get("boot_id") == boot_id
-    return events_of(events, bus, cursor.get("time") if same_boot else None)
+    after = cursor.get("time") if same_boot else None
+    return [e for e in events if after is None or e["time"] is None or e["time"] > after]
+
+
+def new_events(events: list[dict], bus: str, cursor: dict | None, boot_id: str | None) -> list[dict]:
+    """The GPU's events the manifest's kernel-log ``cursor`` has not seen (``unseen``)."""
+    return events_of(unseen(events, cursor, boot_id), bus)
 
 
 def cursor(kernel: dict) -> dict:
@@ -436,13 +443,21 @@ def read_memory_health(run_command, nvidia_smi: str = "nvidia-smi") -> tuple[dic
         return {}, f"{exc} (exit {rc}{': ' + ' '.join(err.split())[:200] if err else ''})"
 
 
+def buses(run_command, devices: list[int], nvidia_smi: str = "nvidia-smi") -> dict[str, int]:
+    """{PCI bus id: index} of the GPUs ``devices`` (nvidia-smi's inventory; a lost GPU by the bus id its
+    error names): what joins the kernel log's and nvidia-smi's per-GPU figures to the GPU indexes."""
+    read = gpu_mod.read_inventory(run_command, nvidia_smi)
+    return {gpu_mod.normalize_bus_id(g["pci_bus_id"]): g["index"] for g in read["gpus"]
+            if g["index"] in devices and g.get("pci_bus_id")}
+
+
 def deploy_problems(run_command, devices: list[int], baseline: dict | None, nvidia_smi: str = "nvidia-smi") -> list[str]:
     """Why the GPUs a variant will use cannot take it, judged against the manifest's ``gpus`` section
     (``baseline``): a reset- or reboot-class Xid logged since provisioning read the kernel log, a row
     remap or page retirement pending, a remapping failure, uncorrectable ECC errors new since then.
-    [] when they are healthy, or when nothing could be read (provisioning warned of that)."""
-    read = gpu_mod.read_inventory(run_command, nvidia_smi)
-    gpus = [g for g in read["gpus"] if g["index"] in devices and g["state"] != "lost" and g.get("pci_bus_id")]
+    [] when they are healthy, or when nothing could be read (provisioning warned of that). A lost GPU is
+    the preflight's refusal already (device_memory): it does not get here."""
+    gpus = [{"index": index, "pci_bus_id": bus} for bus, index in buses(run_command, devices, nvidia_smi).items()]
     if not gpus:
         return []
     kernel = read_kernel_log(run_command)

@@ -1013,8 +1013,7 @@ class Switch:
         now = self._xids() if mark else None
         if not now or now.get("boot_id") != mark.get("boot_id"):
             return []
-        return [e for e in now["events"]
-                if e["action"] in _gpu_health.START_FAULT and (e.get("time") is None or e["time"] > mark["time"])]
+        return [e for e in _gpu_health.unseen(now["events"], mark, now["boot_id"]) if e["action"] in _gpu_health.START_FAULT]
 
     def step_gate(self) -> str:
         return self._variant_gate(State.GATE)
@@ -1574,8 +1573,7 @@ class SystemHost:
         self._systemctl("disable", "--", unit)
 
     def gpu_xids(self, gpus: list[int]) -> dict:
-        read = _gpu.read_inventory(self.run_command)
-        buses = {_gpu.normalize_bus_id(g["pci_bus_id"]) for g in read["gpus"] if g["index"] in gpus and g.get("pci_bus_id")}
+        buses = _gpu_health.buses(self.run_command, gpus)
         kernel = _gpu_health.read_kernel_log(self.run_command)
         if kernel["source"] is None:
             raise HostError(kernel["problem"])

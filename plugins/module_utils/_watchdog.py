@@ -58,7 +58,6 @@ from ansible_collections.inferops.sglang.plugins.module_utils import _credential
 from ansible_collections.inferops.sglang.plugins.module_utils import _deploy_lock as lock
 from ansible_collections.inferops.sglang.plugins.module_utils import _deploy_metrics
 from ansible_collections.inferops.sglang.plugins.module_utils import _gateway
-from ansible_collections.inferops.sglang.plugins.module_utils import _gpu
 from ansible_collections.inferops.sglang.plugins.module_utils import _gpu_health
 from ansible_collections.inferops.sglang.plugins.module_utils import _mask
 from ansible_collections.inferops.sglang.plugins.module_utils import _process_watch as watch
@@ -269,9 +268,7 @@ class Watchdog:
         saved = files.read_json(self.gpu_file) or {}
         if not gpus or not self.s.get("gpu_health", True):
             return []
-        read = _gpu.read_inventory(self.run_command)
-        buses = {_gpu.normalize_bus_id(g["pci_bus_id"]): g["index"] for g in read["gpus"]
-                 if g["index"] in gpus and g.get("pci_bus_id")}
+        buses = _gpu_health.buses(self.run_command, gpus)
         kernel = _gpu_health.read_kernel_log(self.run_command)
         fatal = list(saved.get("fatal") or [])
         updated = dict(saved)
@@ -280,12 +277,10 @@ class Watchdog:
                 self.say("warning", f"{self.s['unit']}: {kernel['problem']}")
                 updated["unread"] = kernel["boot_id"]
         else:
-            mark = saved.get("cursor") or {}
-            same = mark.get("boot_id") == kernel["boot_id"]
-            fatal = fatal if same else []
-            for event in kernel["events"]:
-                if event["bus_id"] not in buses or (same and event.get("time") is not None
-                                                    and event["time"] <= mark.get("time", 0.0)):
+            mark = saved.get("cursor")
+            fatal = fatal if (mark or {}).get("boot_id") == kernel["boot_id"] else []
+            for event in _gpu_health.unseen(kernel["events"], mark, kernel["boot_id"]):
+                if event["bus_id"] not in buses:
                     continue
                 xid = dict(event, gpu=buses[event["bus_id"]])
                 text = f"GPU {xid['gpu']} ({event['bus_id']}): {_gpu_health.event_text(event)}"
