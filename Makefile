@@ -8,7 +8,7 @@ export ANSIBLE_FORCE_COLOR ?= 0
 # Requests to the lab's local servers never go through a proxy.
 export NO_PROXY := 127.0.0.1,localhost
 
-.PHONY: setup real lab lab-down test lint sanity units conformance molecule bench bench-plan bench-perf bench-fleet bench-switch bench-tune
+.PHONY: setup real lab lab-down test lint docs sanity units conformance molecule bench bench-plan bench-perf bench-fleet bench-switch bench-tune
 
 # The venvs live in the per-user cache, keyed by their inputs (.ci/venv.sh).
 $(VENV)/.stamp: requirements.txt
@@ -134,10 +134,21 @@ test: setup real
 	$(MAKE) --no-print-directory molecule MOLECULE_LANES="$(LANES)"; rc=$$?; \
 	wait $$checks || rc=1; exit $$rc
 
-## ansible-lint, then each role's defaults against its meta/argument_specs.yml
-## (tools/check_argument_specs.py); both run, and either failing fails lint.
+## ansible-lint; each role's defaults against its meta/argument_specs.yml
+## (tools/check_argument_specs.py); every version_added against the last release
+## (tools/check_version_added.py); the changelog fragments (antsibull-changelog lint);
+## the documentation's markup and references (antsibull-docs lint-collection-docs);
+## the documentation site built from the code, every warning an error (make docs).
+## All run; any failing fails lint.
+LINT_STEPS := ansible-lint; python tools/check_argument_specs.py; python tools/check_version_added.py; \
+  antsibull-changelog lint; antsibull-docs lint-collection-docs --plugin-docs .; docs/site/build.sh
 lint: $(VENV)/.stamp
-	.ci/timed lint bash -c '$(NICE) ansible-lint; lint=$$?; $(NICE) python tools/check_argument_specs.py && exit $$lint'
+	.ci/timed lint bash -c 'rc=0; while read -r step; do $(NICE) bash -c "$$step" || { echo "lint: failed: $$step"; rc=1; }; done \
+	  <<<"$$(tr ";" "\n" <<<"$(LINT_STEPS)")"; exit $$rc'
+
+## The documentation site from the code (docs/site/build.sh): .cache/docs-site/html.
+docs: $(VENV)/.stamp
+	docs/site/build.sh
 
 # ansible-test needs the collection at ansible_collections/<ns>/<name> and outside
 # any other git work tree; collections/ (the link to this tree) stays behind.

@@ -13,6 +13,9 @@ For every role under roles/ (or DIR), over all its entry points:
   defaults are documentation only: Ansible takes the value from defaults/);
 - the default must fit the option's type (and elements, and choices); a Jinja
   string, a null and type raw fit any;
+- a default computed by Jinja for an option of type int, float, bool, list or dict is not
+  `default:` (a template is not of that type; the docs site refuses it): the option's
+  description quotes it, C(<the expression>);
 - a variable named with a leading underscore is internal: it belongs in vars/main.yml.
 
 Prints one line per problem and exits 1 when there is any.
@@ -38,6 +41,14 @@ _TYPES = {
     "list": (list,),
     "dict": (dict,),
 }
+
+
+# Types whose default, computed by Jinja in defaults/main.yml, is quoted in the description.
+_COMPUTED = ("int", "float", "bool", "list", "dict")
+
+
+def _lines(description) -> list[str]:
+    return description if isinstance(description, list) else [description or ""]
 
 
 class _Loader(yaml.SafeLoader):  # pylint: disable=too-many-ancestors
@@ -120,7 +131,15 @@ def check_role(role: Path) -> list[str]:
             option = option or {}
             documented.add(name)
             where = f"argument_specs {entry}: {name}"
-            if name in defaults:
+            if name in defaults and _jinja(defaults[name]) and option.get("type", "str") in _COMPUTED:
+                # A typed default cannot be a template in the spec (the docs site refuses it): the
+                # description quotes the expression instead, so the two cannot drift apart.
+                if "default" in option:
+                    problems.append(f"{where}: a computed default of type {option['type']} is not documented as `default:`, "
+                                    f"but quoted in the description as C({defaults[name].strip()})")
+                elif f"C({defaults[name].strip()})" not in " ".join(_lines(option.get("description"))):
+                    problems.append(f"{where}: the description does not quote the default C({defaults[name].strip()})")
+            elif name in defaults:
                 if "default" not in option:
                     problems.append(f"{where}: no default documented, defaults/main.yml has {_show(defaults[name])}")
                 elif not _same(option["default"], defaults[name]):

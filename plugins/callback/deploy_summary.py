@@ -8,7 +8,7 @@ DOCUMENTATION = r"""
 name: deploy_summary
 type: aggregate
 short_description: Summarise a rollout of deploy.yml, every host of it
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - At the end of a run of C(deploy.yml), prints one line per host of the rollout. For each host it shows what it
     runs now, the outcome (switched, unchanged, rolled back, failed before the switch, not reached), the readiness

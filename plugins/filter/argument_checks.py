@@ -7,7 +7,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 name: argument_checks
 short_description: The command lines the host's SGLang argues before a switch
-version_added: 0.9.0
+version_added: 0.1.0
 description:
   - >-
     From the service's state before a deploy (M(inferops.sglang.sglang_deploy_lock)'s

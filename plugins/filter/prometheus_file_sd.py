@@ -42,8 +42,21 @@ EXAMPLES = r"""
 
 RETURN = r"""
 _value:
-  description: C(sglang) and C(node), lists of file_sd groups (C(targets), C(labels)), and C(skipped), why a server was left out.
+  description: The target groups of the two files, and the servers left out.
   type: dict
+  contains:
+    sglang:
+      description: The servers' file_sd groups (C(targets), C(labels)).
+      type: list
+      elements: dict
+    node:
+      description: The node_exporters' file_sd groups (C(targets), C(labels)).
+      type: list
+      elements: dict
+    skipped:
+      description: Why a server was left out, one entry per server.
+      type: list
+      elements: str
 """
 
 from ansible.errors import AnsibleFilterError

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: ddtree_build
 short_description: Apply or revert the DDTree build (patched SGLang files) atomically, with a build manifest
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - >-
     DDTree is not in upstream SGLang: it is a set of patched files (C(spec_info), C(dflash_info), C(dflash_worker),

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: gpu_facts
 short_description: NVIDIA GPU facts, the usable set and the tensor-parallel size, from nvidia-smi
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Reads every GPU from C(nvidia-smi) (index, name, UUID, PCI bus id, memory total and used, compute capability)
     with the driver and CUDA versions. A GPU the tool cannot open (NVML "GPU is lost", exit 15) or that reads an

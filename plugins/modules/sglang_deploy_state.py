@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: sglang_deploy_state
 short_description: Stage a deploy's files, add the rotation hook's result to its record
-version_added: 0.3.0
+version_added: 0.1.0
 description:
   - The two things the sglang_service role does to the service's state outside the switch itself
     (M(inferops.sglang.sglang_switch), which runs the switch as one state machine). The service's state before a

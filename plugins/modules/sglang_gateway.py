@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: sglang_gateway
 short_description: Run SGLang's gateway in front of a service, as a hardened unit of its own
-version_added: 0.9.0
+version_added: 0.1.0
 description:
   - Installs and runs SGLang's model gateway (C(smg), the version the collection pins, from the venv the
     sglang_runtime role installs with C(sglang_runtime_gateway)) as C(<unit>.service), listening on the service's

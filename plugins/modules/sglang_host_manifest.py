@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: sglang_host_manifest
 short_description: Write the host manifest provisioning proved, or read it for a deploy and refuse what it does not prove
-version_added: 0.6.0
+version_added: 0.1.0
 description:
   - >-
     O(state=present) (the end of C(provision.yml)) writes the host manifest, a JSON file (root, 0644, no secrets):

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: sglang_inputs
 short_description: Refuse hostile or mistaken deploy input before anything on the host changes
-version_added: 0.7.0
+version_added: 0.1.0
 description:
   - >-
     Checks the sglang_service role's input, first thing in the deploy's preflight: every value that reaches the

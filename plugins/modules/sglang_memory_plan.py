@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: sglang_memory_plan
 short_description: Plan whether SGLang service variants fit this host's GPU memory, and why not
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - For each variant of the table (or those in O(names)), computes per GPU what SGLang's memory profile will do with it
     on this host, before anything starts. It reads the model's and the draft model's C(config.json) and weight size

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: sglang_preflight
 short_description: The deploy's checks on the host in one call, before anything changes
-version_added: 0.9.0
+version_added: 0.1.0
 description:
   - >-
     The C(sglang_service) role's preflight: four checks in one round trip to the host, in this order, the first that

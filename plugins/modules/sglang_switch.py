@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: sglang_switch
 short_description: Switch a host's SGLang service to a staged variant behind the readiness gate, rolling back on failure
-version_added: 0.3.0
+version_added: 0.1.0
 description:
   - Runs the whole switch of one systemd SGLang service on the host as one state machine
     (C(plugins/module_utils/_switch.py); C(docs/switch-state-machine.md) tells each state). In order, it does these.

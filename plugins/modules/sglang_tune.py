@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: sglang_tune
 short_description: Search for the configuration of an SGLang variant that serves best on this host, beside the live service
-version_added: 0.7.0
+version_added: 0.1.0
 description:
   - Runs a tune (C(plugins/module_utils/_tune.py); C(docs/tune.md)) as one job on the host. Every point of the search
     space around O(base) is planned first by the memory planner, and a point that does not fit is never launched (the

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: sglang_watchdog
 short_description: Install or remove the watchdog of an SGLang service, in one step
-version_added: 0.8.0
+version_added: 0.1.0
 description:
   - The watchdog timer of the C(sglang_service) role runs the collection's own gate on the host
     (C(plugins/module_utils/_watchdog.py) and the module_utils it imports), from a package tree of its own under

@@ -103,7 +103,7 @@ def test_override_switch_and_rollout_settings(rendered):
 
 def test_every_survey_variable_is_read_by_deploy(rendered):
     survey = rendered.survey
-    deploy = (REPO / "deploy.yml").read_text()
+    deploy = (REPO / "playbooks" / "deploy.yml").read_text()
     for item in survey["spec"]:
         assert re.search(rf"\b{item['variable']}\b", deploy), f"deploy.yml never reads {item['variable']}"
 
@@ -236,7 +236,7 @@ def test_configure_never_lets_a_template_ask_for_variables():
 def test_plan_survey_offers_every_variant_and_each_of_the_table(rendered):
     by_name = {t["name"]: t for t in rendered.templates}
     plan = by_name["inferops plan"]
-    every = yaml.safe_load((REPO / "plan.yml").read_text())[0]["vars"]["plan_every_variant"]
+    every = yaml.safe_load((REPO / "playbooks" / "plan.yml").read_text())[0]["vars"]["plan_every_variant"]
     (variant,) = plan["survey_spec"]["spec"]
     assert variant["variable"] == "variant" and variant["type"] == "multiplechoice" and variant["required"] is True
     assert variant["choices"] == [every] + question(rendered.survey, "variant")["choices"]
@@ -249,7 +249,7 @@ def test_plan_survey_offers_every_variant_and_each_of_the_table(rendered):
 def test_plan_reads_the_survey_answer(answer, planned):
     """plan.yml's own expression, templated as Ansible does: the "every variant" answer plans the whole table
     (sglang_service_plan_variants: []), a variant's name plans that one."""
-    play = yaml.safe_load((REPO / "plan.yml").read_text())[0]
+    play = yaml.safe_load((REPO / "playbooks" / "plan.yml").read_text())[0]
     expression = play["tasks"][0]["vars"]["sglang_service_plan_variants"]
     assert play["vars"]["plan_every_variant"] == "every variant"
     templar = Templar(loader=DataLoader(), variables=dict(play["vars"], variant=answer))
@@ -378,7 +378,7 @@ def test_tune_survey_offers_the_variants_and_tune_reads_every_answer(rendered):
     assert tune["playbook"] == "tune.yml" and tune["survey_enabled"] is True
     assert awx_survey_errors(tune["survey_spec"]) == []
     assert question(tune["survey_spec"], "base")["choices"] == question(rendered.survey, "variant")["choices"]
-    playbook = (REPO / "tune.yml").read_text()
+    playbook = (REPO / "playbooks" / "tune.yml").read_text()
     for item in tune["survey_spec"]["spec"]:
         assert re.search(rf"\b{item['variable']}\b", playbook), f"tune.yml never reads {item['variable']}"
 
@@ -394,7 +394,7 @@ def test_tune_survey_offers_the_variants_and_tune_reads_every_answer(rendered):
 def test_tune_reads_the_survey_answers_as_its_objective_and_budget(answers, objective, budget):
     """tune.yml's own expressions, templated as Ansible does: each answer (AWX sends integers; the CLI strings)
     becomes the objective's or the budget's field, a 0 limit none; -e objective/budget win."""
-    play = yaml.safe_load((REPO / "tune.yml").read_text())[0]
+    play = yaml.safe_load((REPO / "playbooks" / "tune.yml").read_text())[0]
     templar = Templar(loader=DataLoader(), variables=dict(answers))
     assert templar.template(trust_as_template(play["vars"]["sglang_service_tune_objective"])) == objective
     assert templar.template(trust_as_template(play["vars"]["sglang_service_tune_budget"])) == budget

@@ -99,7 +99,7 @@ def assert_refused(lab: Path, rc: int, output: str, message: str, hosts: list[st
 
 def rollout_errors(**settings) -> list[str]:
     """deploy.yml's rollout check on these settings (the play's defaults for the rest), as Ansible renders it."""
-    (play, *_rest) = yaml.safe_load((REPO / "deploy.yml").read_text())
+    (play, *_rest) = yaml.safe_load((REPO / "playbooks" / "deploy.yml").read_text())
     (task,) = [t for t in play["tasks"] if "_rollout_errors" in (t.get("vars") or {})]
     variables = {**play["vars"], "variant": "balanced", **settings}
     return Templar(loader=DataLoader(), variables=variables).template(trust_as_template(task["vars"]["_rollout_errors"]))

@@ -64,7 +64,13 @@ def test_drifted_undocumented_and_missing_defaults_are_each_one_line(tmp_path):
     ("x_name: a\n", "x_name: {default: a}\n", None),  # no type: str
     ("x_n: 1\n", "x_n: {default: 1}\n", "x_n: default 1 is not of type str"),
     ("x_wait: 60\n", "x_wait: {type: float, default: 60.0}\n", None),
-    ("x_home: \"{{ h }}/x\"\n", "x_home: {type: dict, default: \"{{ h }}/x\"}\n", None),  # a Jinja string fits any type
+    ("x_home: \"{{ h }}/x\"\n", "x_home: {type: path, default: \"{{ h }}/x\"}\n", None),  # a Jinja string fits a string type
+    # a computed default of another type is quoted in the description, never `default:` (the docs site refuses it)
+    ("x_port: \"{{ p | int + 1 }}\"\n", "x_port: {type: int, default: \"{{ p | int + 1 }}\"}\n",
+     "x_port: a computed default of type int is not documented as `default:`, but quoted in the description as C({{ p | int + 1 }})"),
+    ("x_port: \"{{ p | int + 1 }}\"\n", "x_port: {type: int, description: [The port.]}\n",
+     "x_port: the description does not quote the default C({{ p | int + 1 }})"),
+    ("x_port: \"{{ p | int + 1 }}\"\n", "x_port: {type: int, description: [The port., \"Computed default C({{ p | int + 1 }}).\"]}\n", None),
     ("x_home: \"{{ h }}/x\"\n", "x_home: {type: str, default: \"{{ h }}/y\"}\n", "x_home: default '{{ h }}/y' differs"),
     ("x_any: [1]\n", "x_any: {type: raw, default: [1]}\n", None),
 ])
