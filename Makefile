@@ -8,7 +8,7 @@ export ANSIBLE_FORCE_COLOR ?= 0
 # Requests to the lab's local servers never go through a proxy.
 export NO_PROXY := 127.0.0.1,localhost
 
-.PHONY: setup real lab lab-down test lint docs sanity units conformance molecule bench bench-plan bench-perf bench-fleet bench-switch bench-tune
+.PHONY: setup real lab lab-down test lint docs ee ee-check sanity units conformance molecule bench bench-plan bench-perf bench-fleet bench-switch bench-tune
 
 # The venvs live in the per-user cache, keyed by their inputs (.ci/venv.sh).
 $(VENV)/.stamp: requirements.txt
@@ -145,6 +145,18 @@ LINT_STEPS := ansible-lint; python tools/check_argument_specs.py; python tools/c
 lint: $(VENV)/.stamp
 	.ci/timed lint bash -c 'rc=0; while read -r step; do $(NICE) bash -c "$$step" || { echo "lint: failed: $$step"; rc=1; }; done \
 	  <<<"$$(tr ";" "\n" <<<"$(LINT_STEPS)")"; exit $$rc'
+
+## The execution environment (ee/build.sh; docs/awx.md, "Execution environment"): its
+## base image made here (ee/base/build.sh), the collection's tarball, then ansible-builder
+## with podman: inferops-sglang-ee:<version>, its size and build times printed.
+ee: setup
+	.ci/timed ee ee/build.sh
+
+## deploy.yml run through the EE as AWX runs a job (ee/check.py): ansible-runner with the
+## image, on the lab's ct129 and ct200: the baseline, then the field story (ct129 rolled
+## back, ct200 switched, exit 2), checked from the runner's artifacts.
+ee-check: ee
+	.ci/timed ee-check python ee/check.py
 
 ## The documentation site from the code (docs/site/build.sh): .cache/docs-site/html.
 docs: $(VENV)/.stamp

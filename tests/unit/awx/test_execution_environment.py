@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import configparser
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -37,10 +38,19 @@ def ee() -> dict:
 
 @pytest.fixture(scope="module")
 def context(tmp_path_factory) -> Path:
-    """ansible-builder create: the build context, no image build, no registry."""
-    ctx = tmp_path_factory.mktemp("ee") / "context"
-    proc = subprocess.run([tool("ansible-builder"), "create", "-f", str(EE_FILE), "-c", str(ctx), "-v", "3"],
-                          cwd=REPO, env=ansible_env(), capture_output=True, text=True, timeout=300, check=False)
+    """ansible-builder create: the build context, no image build, no registry. The definition is copied beside
+    the collection's tarball, built as ee/build.sh builds it (tools/build_collection.sh)."""
+    work = tmp_path_factory.mktemp("ee")
+    shutil.copy(EE_FILE, work / EE_FILE.name)
+    built = subprocess.run([str(REPO / "tools" / "build_collection.sh"), str(work / "build")], env=ansible_env(),
+                           capture_output=True, text=True, timeout=300, check=False)
+    assert built.returncode == 0, built.stdout + built.stderr
+    (work / ".cache" / "ee" / "collection").mkdir(parents=True)
+    for tarball in (work / "build").glob("*.tar.gz"):
+        shutil.move(tarball, work / ".cache" / "ee" / "collection" / tarball.name)
+    ctx = work / "context"
+    proc = subprocess.run([tool("ansible-builder"), "create", "-f", str(work / EE_FILE.name), "-c", str(ctx), "-v", "3"],
+                          cwd=work, env=ansible_env(), capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return ctx
 
@@ -63,8 +73,9 @@ def test_build_context_carries_the_pins(context):
     if "ansible-runner" in pins():
         assert runner[0] == f"ansible-runner=={pins()['ansible-runner']}"
     assert len(refs) == 2, f"nothing but ansible-core and ansible-runner: {refs}"
-    # Python 3.12 for ansible-core 2.19 (3.11+ on the controller)
-    assert re.search(r'^ARG PYCMD="/usr/bin/python3\.1[1-3]"', containerfile, re.M)
+    # the base image's venv of Debian 12's Python 3.11 (ansible-core 2.19 needs 3.11+ on the controller)
+    assert re.search(r'^ARG PYCMD="/opt/python3/bin/python3"', containerfile, re.M)
+    assert 'python3 -m venv /opt/python3' in (REPO / "ee" / "base" / "build.sh").read_text()
 
 
 def test_base_image_has_no_registry_host_and_can_be_overridden(context):
@@ -78,11 +89,34 @@ def test_base_image_has_no_registry_host_and_can_be_overridden(context):
     assert containerfile.index('ARG EE_BASE_IMAGE="') < containerfile.index("FROM $EE_BASE_IMAGE AS base")
 
 
-def test_system_packages(context):
-    bindep = (context / "_build" / "bindep.txt").read_text().split("\n")
-    assert "openssh-clients [platform:rpm]" in bindep
-    assert [line for line in bindep if line.strip()] == ["openssh-clients [platform:rpm]", "openssh-client [platform:dpkg]"]
+def test_system_packages_come_with_the_base_image(context):
+    """Nothing for bindep to install: the base image (ee/base/packages.txt) carries Python and the SSH client."""
+    bindep = context / "_build" / "bindep.txt"
+    assert not bindep.exists() or not bindep.read_text().strip()
     assert not (context / "_build" / "requirements.txt").exists(), "no Python packages besides ansible-core/runner"
+    packages = [line.strip() for line in (REPO / "ee" / "base" / "packages.txt").read_text().splitlines()
+                if line.strip() and not line.startswith("#")]
+    assert {"python3", "python3-venv", "openssh-client"} <= set(packages)
+
+
+def test_the_base_images_wheelhouse_pins_what_the_build_installs():
+    """ee/base/requirements.txt: every package pinned; ansible-core and ansible-runner as requirements.txt pins them."""
+    lines = [line.strip() for line in (REPO / "ee" / "base" / "requirements.txt").read_text().splitlines()
+             if line.strip() and not line.startswith("#")]
+    locked = dict(line.split("==") for line in lines)
+    assert all("==" in line for line in lines) and len(locked) == len(lines)
+    assert locked["ansible-core"] == pins()["ansible-core"] and locked["ansible-runner"] == pins()["ansible-runner"]
+    assert {"dumb-init", "bindep", "pyyaml", "packaging"} <= set(locked)  # what ansible-builder's stages install
+
+
+def test_the_final_image_holds_the_collection_and_not_the_wheelhouse(context):
+    containerfile = (context / "Containerfile").read_text()
+    final = containerfile[containerfile.rindex("FROM "):]
+    assert list((context / "_build" / "collection").glob("inferops-sglang-*.tar.gz"))
+    install = next(line for line in final.splitlines() if "ansible-galaxy collection install" in line)
+    assert "--offline" in install and "/usr/share/ansible/collections" in install
+    assert "rm -rf /tmp/inferops-collection /opt/inferops-ee/wheels /etc/pip.conf" in install
+    assert final.index(install) < final.index("USER 1000")
 
 
 def ee_collections() -> set:
