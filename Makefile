@@ -40,7 +40,7 @@ setup: $(VENV)/.stamp
 real:
 	.ci/timed real lab/real/build.sh >/dev/null
 
-## The main job on the built-in lab, told as a story (lab/step: a line per step and what
+## The main job on the built-in lab, told as a story (lab/step.py: a line per step and what
 ## it shows; each step's whole output in .cache/lab/make-lab.log). First the field story,
 ## which needs only the lab image and the tools' venv: lab hosts for ct129 and ct200 on the
 ## NEXTN baseline, then `deploy.yml -e variant=balanced`: ct129 fails as in the field and
@@ -53,35 +53,36 @@ real:
 ## cpu-small, cpu-ngram refused by real SGLang's argument checks in the preflight (nothing
 ## changes; the playbook exits 2), cpu-triton dying at start (exit 2) and rolled back to
 ## cpu-small, checked from its history by lab/playbooks/real_job.yml.
+STEP := python lab/step.py
 LAB_PLAY := ansible-playbook -i inventories/lab
 BLUE_GREEN := -e @lab/vars/blue_green.yml
 lab: setup
-	@lab/step --begin
-	@lab/step "Lab hosts ct129 and ct200: podman containers running systemd, fake GPUs, the SGLang simulator" -- lab/labctl up
-	@lab/step "The field story's lab units on both" -- $(LAB_PLAY) lab/playbooks/field_cases.yml
-	@lab/step "Both on the NEXTN baseline (deploy.yml -e variant=nextn)" -- $(LAB_PLAY) deploy.yml -e variant=nextn
-	@lab/step --expect 2 "The field story: deploy.yml -e variant=balanced -e rollout_canary=2" -- \
+	@$(STEP) --begin
+	@$(STEP) "Lab hosts ct129 and ct200: podman containers running systemd, fake GPUs, the SGLang simulator" -- lab/labctl up
+	@$(STEP) "The field story's lab units on both" -- $(LAB_PLAY) lab/playbooks/field_cases.yml
+	@$(STEP) "Both on the NEXTN baseline (deploy.yml -e variant=nextn)" -- $(LAB_PLAY) deploy.yml -e variant=nextn
+	@$(STEP) --expect 2 "The field story: deploy.yml -e variant=balanced -e rollout_canary=2" -- \
 	  $(LAB_PLAY) deploy.yml -e variant=balanced -e rollout_canary=2
-	@lab/step "Checked from each host's deploy history" -- $(LAB_PLAY) lab/playbooks/main_job.yml
-	@lab/step "Each host as playbooks/inspect.yml reports it" -- $(LAB_PLAY) playbooks/inspect.yml
-	@lab/step "ct129 onto SGLang's gateway with two slots: NEXTN, in place" -- $(LAB_PLAY) deploy.yml -l ct129 -e variant=nextn $(BLUE_GREEN)
-	@lab/step --expect 2 "ct129: balanced started beside the live slot, refused there, NEXTN untouched" -- \
+	@$(STEP) "Checked from each host's deploy history" -- $(LAB_PLAY) lab/playbooks/main_job.yml
+	@$(STEP) "Each host as playbooks/inspect.yml reports it" -- $(LAB_PLAY) playbooks/inspect.yml
+	@$(STEP) "ct129 onto SGLang's gateway with two slots: NEXTN, in place" -- $(LAB_PLAY) deploy.yml -l ct129 -e variant=nextn $(BLUE_GREEN)
+	@$(STEP) --expect 2 "ct129: balanced started beside the live slot, refused there, NEXTN untouched" -- \
 	  $(LAB_PLAY) deploy.yml -l ct129 -e variant=balanced $(BLUE_GREEN)
-	@lab/step "ct129: NEXTN with max_running_requests 8, switched beside the live slot" -- \
+	@$(STEP) "ct129: NEXTN with max_running_requests 8, switched beside the live slot" -- \
 	  $(LAB_PLAY) deploy.yml -l ct129 -e variant=nextn $(BLUE_GREEN) -e '{"sglang_service_variant_overrides": {"nextn": {"max_running_requests": 8}}}'
-	@lab/step "ct200 onto the gateway: NEXTN, in place" -- $(LAB_PLAY) deploy.yml -l ct200 -e variant=nextn $(BLUE_GREEN)
-	@lab/step "ct200: balanced, in place again (no free GPU for a second slot), the outage recorded" -- $(LAB_PLAY) deploy.yml -l ct200 -e variant=balanced $(BLUE_GREEN)
-	@lab/step "Checked from the histories and the gateway's workers" -- $(LAB_PLAY) lab/playbooks/blue_green_job.yml
-	@lab/step "Real SGLang 0.5.11 and 0.5.23 venvs, the libcuda test double, a tiny model (make real; cached)" -- \
+	@$(STEP) "ct200 onto the gateway: NEXTN, in place" -- $(LAB_PLAY) deploy.yml -l ct200 -e variant=nextn $(BLUE_GREEN)
+	@$(STEP) "ct200: balanced, in place again (no free GPU for a second slot), the outage recorded" -- $(LAB_PLAY) deploy.yml -l ct200 -e variant=balanced $(BLUE_GREEN)
+	@$(STEP) "Checked from the histories and the gateway's workers" -- $(LAB_PLAY) lab/playbooks/blue_green_job.yml
+	@$(STEP) "Real SGLang 0.5.11 and 0.5.23 venvs, the libcuda test double, a tiny model (make real; cached)" -- \
 	  .ci/timed real lab/real/build.sh
-	@lab/step "Lab host cpu-real: real SGLang 0.5.11 on CPU under the role's unit" -- lab/labctl up cpu-real
-	@lab/step "cpu-real: its CPU variant" -- $(LAB_PLAY) lab/playbooks/real_deploy.yml -l real_sglang -e variant=cpu
-	@lab/step "cpu-real: switched to cpu-small" -- $(LAB_PLAY) lab/playbooks/real_deploy.yml -l real_sglang -e variant=cpu-small
-	@lab/step --expect 2 "cpu-real: cpu-ngram, refused by real SGLang's own argument checks, nothing changes" -- \
+	@$(STEP) "Lab host cpu-real: real SGLang 0.5.11 on CPU under the role's unit" -- lab/labctl up cpu-real
+	@$(STEP) "cpu-real: its CPU variant" -- $(LAB_PLAY) lab/playbooks/real_deploy.yml -l real_sglang -e variant=cpu
+	@$(STEP) "cpu-real: switched to cpu-small" -- $(LAB_PLAY) lab/playbooks/real_deploy.yml -l real_sglang -e variant=cpu-small
+	@$(STEP) --expect 2 "cpu-real: cpu-ngram, refused by real SGLang's own argument checks, nothing changes" -- \
 	  $(LAB_PLAY) lab/playbooks/real_deploy.yml -l real_sglang -e variant=cpu-ngram
-	@lab/step --expect 2 "cpu-real: cpu-triton dies at start and is rolled back to cpu-small" -- \
+	@$(STEP) --expect 2 "cpu-real: cpu-triton dies at start and is rolled back to cpu-small" -- \
 	  $(LAB_PLAY) lab/playbooks/real_deploy.yml -l real_sglang -e variant=cpu-triton
-	@lab/step "Checked from cpu-real's history" -- $(LAB_PLAY) lab/playbooks/real_job.yml
+	@$(STEP) "Checked from cpu-real's history" -- $(LAB_PLAY) lab/playbooks/real_job.yml
 
 lab-down:
 	lab/labctl down

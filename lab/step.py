@@ -1,11 +1,10 @@
-#!/usr/bin/env python3
 # -*- coding: utf-8 -*-
 # Copyright (c) inferops.sglang contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """One step of `make lab`, told as a line of the story; its whole output goes to the log.
 
-    lab/step --begin                                  a new log, the clock starts
-    lab/step [--expect N] "what it shows" -- COMMAND...
+    python lab/step.py --begin                                  a new log, the clock starts
+    python lab/step.py [--expect N] "what it shows" -- COMMAND...
 
 Prints `[mm:ss] what it shows ... ok (N s)` (the clock since --begin), then what the step
 says to a reader: the deploy summary of a deploy (one line per host, and why a host did not
