@@ -79,8 +79,12 @@ def test_ansible_doc_renders_every_plugin_and_role_from_the_installed_copy_witho
 def test_the_playbooks_run_from_the_installed_copy(built, tmp_path):
     _tarball, collections, _version = built
     (tmp_path / "hosts.yml").write_text("sglang_servers:\n  hosts:\n    ct129:\nprometheus_servers:\n  hosts:\n    prom:\n")
-    for playbook in ("deploy", "provision", "plan", "tune", "monitoring"):
-        proc = installed(collections, "ansible-playbook", "-i", "hosts.yml", f"{NAME}.{playbook}", "--syntax-check",
-                         cwd=tmp_path)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        assert "WARNING" not in proc.stderr, proc.stderr
+    names = ("deploy", "provision", "plan", "tune", "monitoring", "inspect")
+    proc = installed(collections, "ansible-playbook", "-i", "hosts.yml", *(f"{NAME}.{name}" for name in names),
+                     "--syntax-check", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "WARNING" not in proc.stderr, proc.stderr
+    # each one found in the installed copy
+    where = collections / "ansible_collections" / "inferops" / "sglang" / "playbooks"
+    assert [line for line in proc.stdout.splitlines() if line.startswith("playbook: ")] == [
+        f"playbook: {where}/{name}.yml" for name in names]
