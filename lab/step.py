@@ -52,25 +52,42 @@ def summary(lines: list[str]) -> list[str]:
     return block
 
 
+def _scalar(text: str) -> str:
+    return text.strip().strip("'\"").replace("''", "'")
+
+
 def messages(lines: list[str]) -> list[str]:
-    """The `msg:` of each ok result (a passed assert's success_msg, a debug's message), one line each."""
+    """The `msg:` of each ok result (a passed assert's success_msg, a debug's message or list of
+    messages), a line each, prefixed with its host unless it names it."""
     out, index = [], 0
     while index < len(lines):
-        if re.match(r"^ok: \[[^\]]+\] =>", lines[index]):
-            index += 1
-            while index < len(lines) and lines[index].startswith(" "):
-                match = re.match(r"^(\s+)msg: ?(.*)$", lines[index])
-                if match:
-                    indent, text = len(match.group(1)), [match.group(2).strip("'\"|> ")]
-                    index += 1
-                    while index < len(lines) and len(lines[index]) - len(lines[index].lstrip()) > indent:
-                        text.append(lines[index].strip().strip("'\""))
-                        index += 1
-                    out.append(" ".join(part for part in text if part))
-                    continue
-                index += 1
-            continue
+        match = re.match(r"^ok: \[([^\]]+)\] =>", lines[index])
         index += 1
+        if not match:
+            continue
+        host = match.group(1)
+        while index < len(lines) and lines[index].startswith(" "):
+            found = re.match(r"^(\s+)msg: ?(.*)$", lines[index])
+            index += 1
+            if not found:
+                continue
+            indent, first = len(found.group(1)), found.group(2)
+            items: list[list[str]] = [] if first in ("", "|", "|-", ">", ">-") else [[first]]
+            while index < len(lines) and lines[index].strip() and (
+                    len(lines[index]) - len(lines[index].lstrip()) > indent
+                    or lines[index].lstrip().startswith("- ") and len(lines[index]) - len(lines[index].lstrip()) >= indent):
+                text = lines[index].strip()
+                if text.startswith("- ") and len(lines[index]) - len(lines[index].lstrip()) <= indent + 2:
+                    items.append([text[2:]])
+                elif items:
+                    items[-1].append(text)
+                else:
+                    items.append([text])
+                index += 1
+            for item in items:
+                text = " ".join(_scalar(part) for part in item if _scalar(part))
+                if text:
+                    out.append(text if host in text else f"{host}: {text}")
     return out
 
 
@@ -106,7 +123,8 @@ def main(argv: list[str]) -> int:
         return 1
     said = summary(lines) or messages(lines)
     print(f"        ok{f' (exit {expect}, as expected)' if expect else ''} ({seconds} s)")
-    print("\n".join(f"        {line}" for line in said))
+    if said:
+        print("\n".join(f"        {line}" for line in said))
     return 0
 
 

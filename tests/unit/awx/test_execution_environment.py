@@ -117,6 +117,8 @@ def test_the_final_image_holds_the_collection_and_not_the_wheelhouse(context):
     assert "--offline" in install and "/usr/share/ansible/collections" in install
     assert "rm -rf /tmp/inferops-collection /opt/inferops-ee/wheels /etc/pip.conf" in install
     assert final.index(install) < final.index("USER 1000")
+    # the deploy summary, as this repository's ansible.cfg enables it (a job's project may have no ansible.cfg)
+    assert "ENV ANSIBLE_CALLBACKS_ENABLED=inferops.sglang.deploy_summary" in final.splitlines()
 
 
 def ee_collections() -> set:
