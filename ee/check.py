@@ -24,6 +24,7 @@ them: rc and status, the deploy summary in stdout, the set_stats artifacts of ea
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import re
@@ -101,11 +102,12 @@ def job(pdd: Path, image: str, ident: str, extravars: dict) -> dict:
 
 
 def summary(stdout: str) -> list[str]:
-    """The deploy_summary callback's lines (one per host), as the job's output shows them."""
-    lines = re.sub(r"\x1b\[[0-9;]*m", "", stdout).splitlines()
-    banners = [i for i, line in enumerate(lines) if line.startswith("INFEROPS DEPLOY SUMMARY")]
-    rows = lines[banners[-1] + 1:] if banners else []
-    return [line.strip() for line in rows if line.startswith(HOSTS) and ": ok=" not in line]
+    """The deploy summary's host rows (and why a host did not switch), read as make lab reads them."""
+    spec = importlib.util.spec_from_file_location("lab_step", REPO / "lab" / "step.py")
+    step = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(step)
+    return [line.strip() for line in step.summary(re.sub(r"\x1b\[[0-9;]*m", "", stdout).splitlines())
+            if line.startswith(HOSTS)]
 
 
 def main() -> int:
