@@ -133,17 +133,22 @@ bench-fleet: setup
 ## their real SGLang servers on CPU then run beside the real scenario (whose
 ## performance gate only reports), not beside the deploy scenario's replay, whose
 ## enforced gate compares simulated speeds and first-token times a loaded CPU
-## moves (one run: TTFT p95 1.23x beside them). Lint and sanity run from the
-## start beside all that, niced: they take the cores only when the tests leave
-## them idle, and their output is printed whole when both have ended. Any part
-## failing fails the whole. (The unit tests niced beside the lanes instead made
-## the suite slower: the first half of it keeps both cores busy.)
+## moves (one run: TTFT p95 1.23x beside them). Lint and sanity start once the
+## deploy scenario has ended (its marker in .cache/molecule/ended; set at the end
+## in any case, so they always run), niced, beside the second half, which leaves
+## the cores partly idle: run from the start they took about 140 s of CPU from the
+## first half, which keeps both cores busy (as did the unit tests niced beside the
+## lanes, which made the suite slower). Their output is printed whole when both
+## have ended. Any part failing fails the whole.
 LANES := make:units,deploy,real provision,fleet,after:deploy,lab,make:conformance
+CHECKS_AFTER := .cache/molecule/ended/deploy
 test: setup real
-	@mkdir -p .cache; \
-	( $(MAKE) --no-print-directory -j2 --output-sync=target lint sanity NICE="nice -n 10" >.cache/lint+sanity.log 2>&1; \
+	@mkdir -p .cache; rm -f $(CHECKS_AFTER); \
+	( until [[ -e $(CHECKS_AFTER) ]]; do sleep 5; done; \
+	  $(MAKE) --no-print-directory -j2 --output-sync=target lint sanity NICE="nice -n 10" >.cache/lint+sanity.log 2>&1; \
 	  rc=$$?; cat .cache/lint+sanity.log; exit $$rc ) & checks=$$!; \
 	$(MAKE) --no-print-directory molecule MOLECULE_LANES="$(LANES)"; rc=$$?; \
+	mkdir -p $(dir $(CHECKS_AFTER)); : >$(CHECKS_AFTER); \
 	wait $$checks || rc=1; exit $$rc
 
 ## ansible-lint; each role's defaults against its meta/argument_specs.yml
