@@ -191,7 +191,7 @@ def benchmark(client, requests: int, concurrency: int, max_tokens: int, rounds: 
         if result["error_count"]:
             return _failed(result, started, f"round {index + 1}")
         measured.append(result)
-    figures = _medians(measured)
+    figures = medians(measured)
     return {"ok": True, "figures": figures, "rounds": measured, "seconds": round(time.monotonic() - started, 2),
             "load": {"requests": requests, "concurrency": concurrency, "max_tokens": max_tokens, "rounds": rounds,
                      "warmup": warmup, "budget": budget, "rounds_measured": len(measured)},
@@ -256,7 +256,7 @@ def compare(figures: dict, baseline: dict | None, thresholds: dict | None = None
             "msg": ("slower than the known-good service: " if failed else "as fast as the known-good service: ") + text}
 
 
-def _medians(rounds: list[dict]) -> dict:
+def medians(rounds: list[dict]) -> dict:
     """Each figure's median over the rounds that have it (None where none has)."""
     figures = {}
     for name in FIGURES:
@@ -296,13 +296,30 @@ def interleaved(reference, candidate, load: dict, thresholds: dict | None = None
             if result["error_count"]:
                 return dict(_failed(result, started, f"the {side}'s round {index + 1}"), passed=False, side=side)
             rounds[side].append(result)
-    figures = {side: _medians(rs) for side, rs in rounds.items()}
+    comparison = compare_rounds(rounds, thresholds, paired=True)
+    figures = {side: medians(rs) for side, rs in rounds.items()}
+    return {"ok": True, "figures": figures["candidate"], "reference": {"figures": figures["reference"]},
+            "rounds": rounds, "seconds": round(time.monotonic() - started, 2),
+            "load": {"requests": requests, "concurrency": concurrency, "max_tokens": max_tokens,
+                     "rounds": load.get("rounds"), "warmup": load.get("warmup", True), "budget": budget,
+                     "rounds_measured": len(rounds["candidate"]), "interleaved": True},
+            "passed": comparison["passed"], "comparison": comparison,
+            "msg": f"{_describe(figures['candidate'])}; {comparison['msg']}"}
+
+
+def compare_rounds(rounds: dict, thresholds: dict | None = None, paired: bool = True) -> dict:
+    """Each figure of ``rounds["candidate"]`` against ``rounds["reference"]``: its ratio with a 95 %
+    interval (``paired``: the i-th rounds of each side measured together, _stats.ratio_interval;
+    otherwise measured apart, _stats.unpaired_interval) and its verdict; a figure fails its limit only
+    when the whole interval is past it (or, for TTFT p95, past it by more than its slack)."""
+    figures = {side: medians(rs) for side, rs in rounds.items()}
     limits = {name: THRESHOLDS[name][1] for name in THRESHOLDS}
     limits.update({name: float(value) for name, value in (thresholds or {}).items()})
+    interval_of = _stats.ratio_interval if paired else _stats.unpaired_interval
     checks = []
     for name, (way, _default) in THRESHOLDS.items():
         higher = way == "min"
-        interval = _stats.ratio_interval([r[name] for r in rounds["reference"]], [r[name] for r in rounds["candidate"]])
+        interval = interval_of([r[name] for r in rounds["reference"]], [r[name] for r in rounds["candidate"]])
         if interval["ratio"] is None:
             continue
         new, old = figures["candidate"][name], figures["reference"][name]
@@ -316,16 +333,9 @@ def interleaved(reference, candidate, load: dict, thresholds: dict | None = None
     failed = [c for c in checks if not c["ok"]]
     text = "; ".join(_stats.describe(c["figure"], c, c["figure"] != "ttft_p95") + f" (limit {c['limit']})"
                      for c in (failed or checks))
-    comparison = {"passed": not failed, "checks": checks, "method": "interleaved",
-                  "msg": ("slower than the live service beyond noise: " if failed
-                          else "not slower than the live service beyond noise: ") + text}
-    return {"ok": True, "figures": figures["candidate"], "reference": {"figures": figures["reference"]},
-            "rounds": rounds, "seconds": round(time.monotonic() - started, 2),
-            "load": {"requests": requests, "concurrency": concurrency, "max_tokens": max_tokens,
-                     "rounds": load.get("rounds"), "warmup": load.get("warmup", True), "budget": budget,
-                     "rounds_measured": len(rounds["candidate"]), "interleaved": True},
-            "passed": comparison["passed"], "comparison": comparison,
-            "msg": f"{_describe(figures['candidate'])}; {comparison['msg']}"}
+    return {"passed": not failed, "checks": checks, "method": "interleaved" if paired else "apart",
+            "msg": ("slower than the live service beyond noise: " if failed
+                    else "not slower than the live service beyond noise: ") + text}
 
 
 # The deploy's performance gate (the perf state of _switch.py).

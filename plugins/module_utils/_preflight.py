@@ -384,10 +384,11 @@ def trial_problems(p: dict) -> list[str]:
 
 
 def trial_decision(p: dict, host: dict, run_command) -> list[dict]:
-    """Where a tune's reference and candidate run (``_slots.trial_groups``): beside the live slot that
-    current.json names, on the host manifest's usable GPUs (or the inventory's) that hold less than the
-    release threshold now. Refused when the service was never deployed (the trial units use its
-    installed --config and logging files) or when the GPUs do not hold both. Read-only."""
+    """Where a tune's reference and candidate run (``_slots.trial_groups``, its ``mode``): beside the live
+    slot that current.json names, on the host manifest's usable GPUs (or the inventory's) that hold less
+    than the release threshold now, or, allowed by ``trials.in_place``, in place of the live slot.
+    Refused when the service was never deployed (the trial units use its installed --config and logging
+    files) or when there is no room. Read-only."""
     service = p["service_name"] if p["service_name"].endswith(".service") else f"{p['service_name']}.service"
     current = _state_files.read_json(os.path.join(p["state_dir"], _slots.base_of(service), "current.json"))
     if not isinstance(current, dict) or not current.get("variant"):
@@ -407,12 +408,13 @@ def trial_decision(p: dict, host: dict, run_command) -> list[dict]:
     threshold = int((p.get("settings") or {}).get("sglang_service_release_threshold_mib") or 1024)
     # the inventory's GPUs (sglang_service_gpu_devices) are the live service's: trials go beside them
     found_groups = _slots.trial_groups(live, int(settings["tp_size"] or 0), pool, busy, threshold,
-                                       bool(p["check_gpus"]), list(settings["gpu_devices"]))
+                                       bool(p["check_gpus"]), list(settings["gpu_devices"]),
+                                       in_place=bool(p["trials"].get("in_place")))
     if found_groups["groups"] is None:
         msg = f"no room for a tune beside {live['variant'] if live else 'the service'}: {found_groups['why']}. Nothing was changed"
         raise Refused(msg, errors=[msg])
     return [{"role": role, "unit": _slots.trial_unit(service, role), "port": port, "gpus": gpus,
-             "why": found_groups["why"], "live": live}
+             "why": found_groups["why"], "live": live, "mode": found_groups["mode"]}
             for role, port, gpus in zip(_slots.TRIAL_ROLES, p["trials"]["ports"], found_groups["groups"])]
 
 

@@ -149,27 +149,41 @@ def trial_unit(service: str, role: str) -> str:
 
 
 def trial_groups(live: dict | None, tp_size: int, pool: list[int], busy: dict[int, int], threshold_mib: int,
-                 check_gpus: bool, own: list[int]) -> dict:
-    """Where a tune's two trial servers run beside the live service: ``groups`` (reference's GPUs,
-    candidate's GPUs), or None with ``why``. Each needs ``tp_size`` of the ``pool``'s GPUs that the
-    live slot does not use, each holding less than ``threshold_mib`` now (as ``decide`` reads them);
-    without check_gpus both get the deploy's own devices (``own``), and the answer says that nothing
-    was checked."""
+                 check_gpus: bool, own: list[int], in_place: bool = False) -> dict:
+    """Where a tune's trial servers run: ``groups`` (reference's GPUs, candidate's GPUs), ``mode`` and
+    ``why``, or ``groups`` None with ``why``. Each group is ``tp_size`` of the ``pool``'s GPUs that the
+    live slot does not use, each holding less than ``threshold_mib`` now (as ``decide`` reads them).
+    Modes: ``two`` (two free groups: the reference and a candidate serve at once, beside the live
+    service); ``one`` (one free group: they take turns in it, beside the live service); ``in_place``
+    (no free group and the operator allowed it: they take turns on the live slot's GPUs, the live
+    service stopped for the tune). Without check_gpus both get the deploy's own devices (``own``) at
+    once, and the answer says that nothing was checked."""
     held = set(live["gpus"]) if live and live.get("active") else set()
     devices = list(pool)
     if not check_gpus:
         own = list(own)
-        return {"groups": [own, own], "why": f"check_gpus is false: both trial servers get the devices {own}, "
-                                             "neither read nor shared out"}
+        return {"groups": [own, own], "mode": "two",
+                "why": f"check_gpus is false: both trial servers get the devices {own}, neither read nor shared out"}
     free = [g for g in devices if g not in held and busy.get(g, 0) < threshold_mib]
-    need = 2 * tp_size
-    if tp_size < 1 or len(free) < need:
-        taken = [g for g in devices if g not in held and busy.get(g, 0) >= threshold_mib]
-        detail = f"; {', '.join(f'GPU {g} holds {busy[g]} MiB' for g in taken)}" if taken else ""
-        return {"groups": None,
-                "why": (f"a tune runs the base and each candidate at once beside the live service: TP {tp_size} needs "
-                        f"{need} free GPUs{f' besides the live slot (GPUs {sorted(held)})' if held else ''}; the usable "
-                        f"ones are {devices}, free: {free}{detail}")}
-    return {"groups": [free[:tp_size], free[tp_size:need]],
-            "why": f"reference on GPUs {free[:tp_size]}, candidates on GPUs {free[tp_size:need]}"
-                   + (f", beside the live slot (GPUs {sorted(held)})" if held else "")}
+    beside = f" beside the live slot (GPUs {sorted(held)})" if held else ""
+    if tp_size >= 1 and len(free) >= 2 * tp_size:
+        return {"groups": [free[:tp_size], free[tp_size:2 * tp_size]], "mode": "two",
+                "why": f"reference on GPUs {free[:tp_size]}, candidates on GPUs {free[tp_size:2 * tp_size]}" + beside
+                       + ", serving at once"}
+    if tp_size >= 1 and len(free) >= tp_size:
+        return {"groups": [free[:tp_size], free[:tp_size]], "mode": "one",
+                "why": f"one free group of TP {tp_size}: the reference and each candidate take turns on GPUs "
+                       f"{free[:tp_size]}" + beside + " (the reference measured before and after the candidates)"}
+    taken = [g for g in devices if g not in held and busy.get(g, 0) >= threshold_mib]
+    detail = f"; {', '.join(f'GPU {g} holds {busy[g]} MiB' for g in taken)}" if taken else ""
+    room = f"TP {tp_size} needs {tp_size} free GPUs{beside}; the usable ones are {devices}, free: {free}{detail}"
+    if not in_place:
+        return {"groups": None, "why": room + "; a tune in place (tune_in_place) would stop the live service for the tune "
+                                              "and run the trials on its GPUs"}
+    if len(held) < max(1, tp_size):
+        return {"groups": None, "why": room + (f"; in place, the live slot's GPUs {sorted(held)} are fewer than TP {tp_size}"
+                                               if held else "; in place of nothing: no live slot is serving")}
+    group = [g for g in live["gpus"] if g in held][:tp_size]
+    return {"groups": [group, group], "mode": "in_place",
+            "why": f"no free GPU group ({room}): the trials take turns in place of the live service on GPUs {group}, "
+                   "which is stopped for the tune and restored and proven at its end"}

@@ -10,7 +10,8 @@ both sides alike). For each pair the ratio candidate / reference of a figure is 
 estimate is the geometric mean of the pairs' ratios, and its interval is Student's t interval
 on the mean of their logarithms (the ratios of a speed are log-normal far better than normal;
 pairing removes what the two rounds of a pair share). With fewer than two pairs there is no
-interval: the verdict is the point estimate's, and says so.
+interval: the verdict is the point estimate's, and says so. Where the two cannot serve at
+once (a tune with one trial slot), rounds are not paired: ``unpaired_interval`` (Welch).
 
 A verdict per figure, ``better`` or ``worse`` when the whole interval is on one side of 1
 (no change), else ``no difference within noise``; and against a limit (the performance
@@ -60,6 +61,31 @@ def ratio_interval(reference: list[float], candidate: list[float]) -> dict:
     if len(logs) >= 2:
         half = t975(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
         out.update(low=round(math.exp(mean - half), 4), high=round(math.exp(mean + half), 4))
+    return out
+
+
+def unpaired_interval(reference: list[float], candidate: list[float]) -> dict:
+    """Rounds of one figure measured apart (one trial slot: the reference's rounds before and after the
+    candidates', each candidate's on its own): ``ratio`` (the ratio of the two geometric means), ``low``
+    and ``high`` (95 %, Welch's t interval on the difference of the mean logarithms; None unless each side
+    has two rounds), ``pairs`` (the candidate's rounds) and ``reference_rounds``. Nothing pairs away what
+    rounds share here, so the same noise gives a wider interval than ``ratio_interval``'s."""
+    ref = [math.log(v) for v in reference if v is not None and v > 0]
+    cand = [math.log(v) for v in candidate if v is not None and v > 0]
+    if not ref or not cand:
+        return {"ratio": None, "low": None, "high": None, "pairs": len(cand), "reference_rounds": len(ref)}
+    diff = statistics.fmean(cand) - statistics.fmean(ref)
+    out = {"ratio": round(math.exp(diff), 4), "low": None, "high": None, "pairs": len(cand), "reference_rounds": len(ref)}
+    if len(ref) >= 2 and len(cand) >= 2:
+        var_r, var_c = statistics.variance(ref) / len(ref), statistics.variance(cand) / len(cand)
+        spread = var_r + var_c
+        if spread == 0:
+            out.update(low=out["ratio"], high=out["ratio"])
+            return out
+        # Welch-Satterthwaite degrees of freedom, rounded down
+        df = int(spread ** 2 / (var_r ** 2 / (len(ref) - 1) + var_c ** 2 / (len(cand) - 1)))
+        half = t975(max(1, df)) * math.sqrt(spread)
+        out.update(low=round(math.exp(diff - half), 4), high=round(math.exp(diff + half), 4))
     return out
 
 

@@ -14,7 +14,12 @@ batch) and searched by successive halving: every candidate the budget allows get
 measurement, the best third a longer one, and so on; each measurement is the candidate and the
 base, both serving beside the live service at once, in interleaved pairs of rounds (_bench.
 interleaved, _stats), so its figures are ratios to the base with a 95 % interval, measured under
-the same noise. A candidate that dies has its readiness gate's verdict as its result.
+the same noise. Where the host has one trial slot (one free GPU group, or the live service's own
+GPUs with the live service stopped: a tune in place), the base is measured alone before the
+candidates and again after them, each candidate alone, and each ratio's interval is Welch's on
+the rounds measured apart, against the base's rounds before and after (a host that drifted over
+the tune widens it, and the report shows the base's drift). A candidate that dies has its
+readiness gate's verdict as its result.
 
 Why our own successive halving and not a general library's sampler: the grid is small once the
 planner has pruned it (tens of points, not thousands), the planner's figures order it better
@@ -35,6 +40,9 @@ import json
 import math
 from typing import Callable, Protocol
 
+from ansible_collections.inferops.sglang.plugins.module_utils import _bench
+from ansible_collections.inferops.sglang.plugins.module_utils import _stats
+
 # The settings a tune moves, as the variant table names them (_variants.PARAMS).
 KNOBS = ("mem_fraction_static", "context_length", "max_running_requests", "chunked_prefill_size", "cuda_graph",
          "cuda_graph_max_bs", "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
@@ -45,7 +53,33 @@ BUDGET_DEFAULTS = {"trials": 12, "minutes": 60}
 # the share of a rung kept for the next.
 RUNG_PAIRS = (2, 3, 5)
 KEEP = 3
+# With one trial slot (the reference and a candidate cannot serve at once), the reference's rounds,
+# measured before the candidates and again after them.
+REFERENCE_ROUNDS = 5
 FIGURE = "output_tokens_per_s"
+
+
+# A tune's job: its time limit is the budget's minutes, the gates of the starts that may follow the
+# last launch's budget check (the last candidate, the base again with one slot, the live service in
+# place: two or three), and this margin for the measurements.
+JOB_MARGIN = 600
+# After a tune in place, the live service is started again by a timer this long after the job's limit.
+RESTORE_GRACE = 60
+
+
+def job_limit(minutes: float, gate_timeout: float, in_place: bool = False) -> int:
+    """Seconds a tune's job may run (the action plugin's async limit)."""
+    return int(math.ceil(60 * float(minutes) + (3 if in_place else 2) * float(gate_timeout))) + JOB_MARGIN
+
+
+def in_place_downtime(minutes: float, gate_timeout: float, unit: str) -> dict:
+    """What a tune in place costs the live service, stated before it is stopped: ``at_most`` seconds
+    (when the restore timer starts it again whatever happens to the job) and ``msg``."""
+    at_most = job_limit(minutes, gate_timeout, in_place=True) + RESTORE_GRACE
+    return {"at_most": at_most, "msg": (
+        f"{unit} is stopped for the whole tune: about the budget's {float(minutes):g} min and three server starts "
+        f"(the last candidate, the base measured again, {unit} itself; each within the gate's {float(gate_timeout):g} s), "
+        f"at most {at_most / 60:.0f} min: a systemd timer starts {unit} again then, whatever happens to the job")}
 
 
 class TuneError(Exception):
@@ -57,11 +91,16 @@ class ReferenceLost(Exception):
 
 
 class Trials(Protocol):
-    """What a tune does to the host, and nothing else."""
+    """What a tune does to the host, and nothing else. ``together``: the reference and a candidate
+    serve at once (two trial slots), compared in interleaved pairs; else one slot holds one of them
+    at a time, each measured alone, and the reference is measured before and after the candidates."""
+
+    together: bool
 
     def start(self, role: str, params: dict) -> dict: ...  # role reference|candidate; {ready, seconds, cause, signals}
     def stop(self, role: str) -> None: ...
     def compare(self, load: dict) -> dict: ...            # _bench.interleaved(reference, candidate, load)
+    def measure(self, role: str, load: dict) -> dict: ...  # _bench.benchmark of one server alone (one slot)
     def time(self) -> float: ...                          # seconds, monotonic
     def progress(self, event: dict) -> None: ...
 
@@ -322,6 +361,10 @@ class Tune:
         self.launches = 0
         self.reused = 0
         self.deaths: list[dict] = []
+        self.together = bool(getattr(trials, "together", True))
+        self.launches_reference = 0
+        # one slot: the base's rounds, before the candidates ("before") and after them ("after")
+        self.reference_rounds: dict[str, list[dict]] = {}
 
     # -- the parts ------------------------------------------------------------------------------------------
 
@@ -346,16 +389,71 @@ class Tune:
                 self.deaths.append({"key": entry["key"], **died})
                 self.store.setdefault(entry["key"], {})[str(pairs)] = died
                 return died
-            result = self.trials.compare(dict(self.load, rounds=pairs))
-            if not result.get("ok") and result.get("side") == "reference":
-                raise ReferenceLost(str(result.get("msg")))
-            result = {k: result.get(k) for k in ("ok", "figures", "reference", "comparison", "seconds", "msg")}
+            if self.together:
+                result = self.trials.compare(dict(self.load, rounds=pairs))
+                if not result.get("ok") and result.get("side") == "reference":
+                    raise ReferenceLost(str(result.get("msg")))
+                result = {k: result.get(k) for k in ("ok", "figures", "reference", "comparison", "seconds", "msg")}
+            else:
+                result = self._alone(pairs)
             result.update(start_seconds=started.get("seconds"), signals=started.get("signals"))
             if result.get("ok"):
                 self.store.setdefault(entry["key"], {})[str(pairs)] = result
             return result
         finally:
             self.trials.stop("candidate")
+
+    def _alone(self, rounds: int) -> dict:
+        """The candidate measured alone in the one slot, compared with the base's rounds so far."""
+        result = self.trials.measure("candidate", dict(self.load, rounds=rounds))
+        result = {k: result.get(k) for k in ("ok", "figures", "rounds", "seconds", "msg")}
+        if result.get("ok"):
+            result.update(self._against([r for side in self.reference_rounds.values() for r in side], result["rounds"]))
+        return result
+
+    @staticmethod
+    def _against(reference: list[dict], candidate: list[dict]) -> dict:
+        return {"reference": {"figures": _bench.medians(reference)},
+                "comparison": _bench.compare_rounds({"reference": reference, "candidate": candidate}, paired=False)}
+
+    def _reference_alone(self, when: str) -> dict:
+        """The base measured alone in the one slot (its rounds kept under ``when``); stopped after."""
+        try:
+            measured = self.trials.measure("reference", dict(self.load, rounds=REFERENCE_ROUNDS))
+        finally:
+            self.trials.stop("reference")
+        if measured.get("ok"):
+            self.reference_rounds[when] = list(measured["rounds"])
+        self.trials.progress({"event": "reference", "when": when, "ok": bool(measured.get("ok")),
+                              "figure": (measured.get("figures") or {}).get(FIGURE), "msg": measured.get("msg")})
+        return measured
+
+    def _after(self) -> str | None:
+        """One slot, after the candidates: the base started and measured again, and every measured
+        candidate's comparison taken against the base's rounds before and after. Returns a note when
+        the base did not serve again (the comparisons stay against its rounds before)."""
+        self.launches_reference += 1
+        again = self.trials.start("reference", self.base)
+        if not again.get("ready"):
+            self.trials.stop("reference")
+            return f"the base did not start again after the candidates ({again.get('cause')}): ratios are to its rounds before them"
+        measured = self._reference_alone("after")
+        if not measured.get("ok"):
+            return f"the base failed its measurement after the candidates ({measured.get('msg')}): ratios are to its rounds before them"
+        pooled = self.reference_rounds["before"] + self.reference_rounds["after"]
+        for entry in self.entries.values():
+            measured = entry.get("measured") or {}
+            if measured.get("ok") and measured.get("rounds"):
+                entry["measured"] = dict(measured, **self._against(pooled, measured["rounds"]))
+        return None
+
+    def drift(self) -> dict | None:
+        """One slot: the base's rounds after the candidates against its rounds before (a host that moved)."""
+        if not self.reference_rounds.get("after"):
+            return None
+        interval = _stats.unpaired_interval([r[FIGURE] for r in self.reference_rounds["before"]],
+                                            [r[FIGURE] for r in self.reference_rounds["after"]])
+        return dict(interval, figure=FIGURE, verdict=_stats.verdict(interval, True))
 
     def run(self) -> dict:
         started = self.trials.time()
@@ -368,11 +466,17 @@ class Tune:
             self.entries[entry["key"]] = dict(entry, measured=None, rung=-1, missed=[])
         self.trials.progress({"event": "planned", "grid": len(points), "dropped": len(dropped), "fit": len(candidates)})
         sizes = rung_sizes(len(candidates), self.budget["trials"])
+        self.launches_reference = 1
         reference = self.trials.start("reference", self.base)
         if not reference.get("ready"):
             self.trials.stop("reference")
             return self._result(started, points, dropped, sizes, reference,
                                 f"the base {self.base_name} did not start in the trial slot: {reference.get('cause')}")
+        if not self.together:
+            before = self._reference_alone("before")
+            if not before.get("ok"):
+                return self._result(started, points, dropped, sizes, reference,
+                                    f"the base {self.base_name} did not serve the load alone in the trial slot: {before.get('msg')}")
         stopped_early = None
         try:
             pool = [self.entries[e["key"]] for e in first_rung(candidates, sizes[0])] if sizes and sizes[0] else []
@@ -403,6 +507,9 @@ class Tune:
             stopped_early = f"the reference ({self.base_name}) stopped serving, the search ended there: {exc}"
         finally:
             self.trials.stop("reference")
+        if not self.together and any((e.get("measured") or {}).get("ok") for e in self.entries.values()):
+            late = self._after()
+            stopped_early = "; ".join(x for x in (stopped_early, late) if x) or None
         return self._result(started, points, dropped, sizes, reference, stopped_early, base_fits=base_fits)
 
     def _result(self, started: float, points: list, dropped: list, sizes: list, reference: dict | None,
@@ -433,6 +540,8 @@ class Tune:
             "objective": self.goal, "space": self.space, "budget": self.budget,
             "grid": len(points), "dropped": dropped, "fit": len(self.entries), "rungs": sizes[:len(RUNG_PAIRS)],
             "launches": self.launches, "reused": self.reused, "deaths": self.deaths,
+            "trial_slots": 2 if self.together else 1, "reference_starts": self.launches_reference,
+            "reference_drift": self.drift(),
             "seconds": round(self.trials.time() - started, 2),
             "reference_start": reference,
             "candidates": [self._public(e) for e in sorted(self.entries.values(), key=lambda e: (-e["rung"], e["key"]))],

@@ -13,11 +13,21 @@ gated by the readiness gate on its own unit (its verdict when it dies), measured
 reference in interleaved pairs (SystemHost.bench_pair: the API key only to the unit's own
 listener), and stopped. ``remove`` stops both and removes their files; a run that was killed
 leaves them, and the next tune removes them before it starts.
+
+With one trial slot (``mode`` one: both trials on the same GPUs) the two never run at once and
+each is measured alone (``measure``). A tune in place (``mode`` in_place: no free GPU group, the
+operator allowed it) is one slot on the live service's own GPUs: before the first trial starts,
+a transient systemd timer is armed to start the live unit again after ``restore_after`` seconds
+(the job's time limit and a minute: a job that was killed cannot leave the service down), then
+the live unit is stopped (not disabled: a reboot starts it); each trial's drop-in conflicts with
+it (whichever starts stops the other). ``remove`` starts the live unit again, proves it with the
+readiness gate, and disarms the timer; a live unit that does not come back is an error.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import time
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _state_files
@@ -26,6 +36,12 @@ from ansible_collections.inferops.sglang.plugins.module_utils import _variants
 
 UNIT_DIR = "/etc/systemd/system"
 DROPIN = "50-inferops-tune.conf"
+MODES = ("two", "one", "in_place")
+
+
+def restore_timer(live_unit: str) -> str:
+    """The transient timer that starts the live unit again after a tune in place: ``<live>-tune-restore``."""
+    return f"{live_unit.removesuffix('.service')}-tune-restore"
 
 
 class TrialError(Exception):
@@ -47,12 +63,25 @@ class SystemTrials:
     SystemHost (systemctl, the gate, the benchmark); ``gate``: timeout and settle."""
 
     def __init__(self, host: _switch.SystemHost, trials: list[dict], gate: dict, unit_dir: str | None = None,
-                 clock=None, progress=None) -> None:
+                 clock=None, progress=None, restore_after: float | None = None) -> None:
         self.host, self.gate, self.unit_dir = host, dict(gate), unit_dir or UNIT_DIR
         self.clock = clock or time.monotonic
         self.trials = {t["role"]: t for t in trials}
         if sorted(self.trials) != ["candidate", "reference"]:
             raise TrialError(f"a tune needs a reference and a candidate trial, got {sorted(self.trials)}")
+        self.mode = str(trials[0].get("mode") or "two")
+        if self.mode not in MODES or any(str(t.get("mode") or "two") != self.mode for t in trials):
+            raise TrialError(f"the trials' mode must be one of {', '.join(MODES)} and the same for both, "
+                             f"got {[t.get('mode') for t in trials]}")
+        self.together = self.mode == "two"
+        self.live = trials[0].get("live") if self.mode == "in_place" else None
+        if self.mode == "in_place" and not (isinstance(self.live, dict) and self.live.get("unit") and self.live.get("url")):
+            raise TrialError("a tune in place needs the live service's unit and URL (the preflight's trials[].live)")
+        if self.mode == "in_place" and not restore_after:
+            raise TrialError("a tune in place needs restore_after: when the live service is started again whatever happens")
+        self.restore_after = restore_after
+        self.live_stopped = False
+        self.restored: dict | None = None
         self._progress = progress or (lambda event: None)
         try:
             self.version = _variants.parse_version(str(trials[0]["render"]["sglang_version"]))
@@ -89,8 +118,12 @@ class SystemTrials:
         trial = self.trials[role]
         unit = trial["unit"]
         line = exec_start(trial["unit_text"], trial["render"]["exec_args"], _variants.quote(self.argv(role, params)))
+        if self.live is not None and not self.live_stopped:
+            self._stop_live()
+        # in place, a trial and the live unit never run at once, whichever is started
+        conflict = f"[Unit]\nConflicts={self.live['unit']}\n" if self.live is not None else ""
         os.makedirs(self._path(role) + ".d", mode=0o755, exist_ok=True)
-        _state_files.write_atomic(self._dropin(role), f"[Service]\nRestart=no\nExecStart=\n{line}\n", 0o644)
+        _state_files.write_atomic(self._dropin(role), f"{conflict}[Service]\nRestart=no\nExecStart=\n{line}\n", 0o644)
         self.host.systemctl("daemon-reload")
         self.host.run_command(["systemctl", "reset-failed", "--", unit])
         started = self.clock()
@@ -107,6 +140,47 @@ class SystemTrials:
     def stop(self, role: str) -> None:
         self.host.run_command(["systemctl", "stop", "--", self.trials[role]["unit"]])
 
+    def _stop_live(self) -> None:
+        """In place: the restore timer armed (a killed run's first disarmed), then the live unit stopped."""
+        unit, timer = self.live["unit"], restore_timer(self.live["unit"])
+        self.host.run_command(["systemctl", "stop", "--", f"{timer}.timer"])
+        self.host.run_command(["systemctl", "reset-failed", "--", f"{timer}.timer", f"{timer}.service"])
+        systemctl = shutil.which("systemctl") or "/usr/bin/systemctl"
+        rc, _out, err = self.host.run_command([
+            "systemd-run", "--quiet", f"--unit={timer}", f"--on-active={int(self.restore_after)}s",
+            "--timer-property=AccuracySec=1s", f"--description=Start {unit} again after a tune in place",
+            systemctl, "start", "--", unit])
+        if rc != 0:
+            raise TrialError(f"the timer that would start {unit} again could not be armed ({err.strip()}); "
+                             f"{unit} was not stopped")
+        self.progress({"event": "live_stopped", "unit": unit, "restore_after": int(self.restore_after)})
+        self.host.systemctl("stop", "--", unit)
+        self.live_stopped = True
+
+    def restore(self) -> dict:
+        """In place, after the trials: the live unit started again and proven by the readiness gate, the
+        timer disarmed. TrialError when it does not come back (the timer stays armed: it tries again)."""
+        unit, timer = self.live["unit"], restore_timer(self.live["unit"])
+        started = self.clock()
+        self.host.run_command(["systemctl", "reset-failed", "--", unit])
+        self.host.systemctl("start", "--", unit)
+        verdict = self.host.gate(self.live["url"], None, float(self.gate.get("timeout", 900)),
+                                 float(self.gate.get("settle", 5)), unit=unit)
+        seconds = round(self.clock() - started, 2)
+        if not verdict.get("ready"):
+            raise TrialError(f"the live service {unit} did not come back after the tune in place: "
+                             f"{verdict.get('cause') or verdict.get('failure')}: {verdict.get('cause_summary') or verdict.get('msg')}")
+        self.host.run_command(["systemctl", "stop", "--", f"{timer}.timer"])
+        self.live_stopped = False
+        self.restored = {"unit": unit, "ready": True, "seconds": seconds, "msg": verdict.get("msg")}
+        self.progress({"event": "live_restored", "unit": unit, "seconds": seconds})
+        return self.restored
+
+    def measure(self, role: str, load: dict) -> dict:
+        """One trial alone (one slot): _bench.benchmark's rounds on its own listener."""
+        trial = self.trials[role]
+        return self.host.bench(trial["url"], None, load, None, {}, unit=trial["unit"])
+
     def compare(self, load: dict) -> dict:
         ref, cand = self.trials["reference"], self.trials["candidate"]
         return self.host.bench_pair({"url": ref["url"], "unit": ref["unit"]}, {"url": cand["url"], "unit": cand["unit"]},
@@ -119,7 +193,8 @@ class SystemTrials:
         self._progress(event)
 
     def remove(self) -> None:
-        """Both trial units stopped, their files removed, systemd reloaded (errors are the caller's to report)."""
+        """Both trial units stopped, their files removed, systemd reloaded; in place, the live unit restored
+        and proven (``restore``). Errors are the caller's to report."""
         for role in self.trials:
             self.stop(role)
             self._remove_dropin(role)
@@ -130,3 +205,5 @@ class SystemTrials:
         self.host.systemctl("daemon-reload")
         for role in self.trials:
             self.host.run_command(["systemctl", "reset-failed", "--", self.trials[role]["unit"]])
+        if self.live_stopped:
+            self.restore()

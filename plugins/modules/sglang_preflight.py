@@ -136,10 +136,12 @@ options:
       - A tune's two trial servers (the playbook tune.yml). The reference (the variant O(name)) and the candidates run in
         units of their own, C(<service>-tune-reference.service) and C(<service>-tune-candidate.service), beside the
         live service, each on O(tp_size) of the host manifest's usable GPUs that the live slot does not use and that hold
-        less than the release threshold now. Refused when the service was never deployed, or when the GPUs do not hold
-        both.
-      - The result's C(trials) lists both (C(role), C(unit), C(port), C(url), C(gpus), C(gpu_nodes), C(why), and
-        C(render), the variant rendered on that port with its memory plan on those GPUs); C(variant) is the reference's.
+        less than the release threshold now (C(mode) V(two)); with one such group, they take turns in it (V(one)); with
+        none, they take turns on the live slot's GPUs with the live service stopped (V(in_place)), only where
+        O(trials.in_place) allows it. Refused when the service was never deployed, or when there is no room.
+      - The result's C(trials) lists both (C(role), C(unit), C(port), C(url), C(gpus), C(gpu_nodes), C(mode), C(live),
+        C(why), and C(render), the variant rendered on that port with its memory plan on those GPUs); C(variant) is the
+        reference's. In place, C(why) states the live service's downtime first (M(inferops.sglang.sglang_tune)).
     type: dict
     suboptions:
       ports:
@@ -147,6 +149,15 @@ options:
         type: list
         elements: int
         required: true
+      in_place:
+        description: Whether a host without a free GPU group may tune in place of the live service (stopped for the tune).
+        type: bool
+        default: false
+        version_added: 0.2.0
+      minutes:
+        description: The tune's budget in minutes, for the downtime stated in place; default the tune's (60).
+        type: float
+        version_added: 0.2.0
   gateway_url:
     description:
       - A fleet's gateway on another host in front of this server (the role's C(sglang_service_gateway_url)), checked
@@ -310,6 +321,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.inferops.sglang.plugins.module_utils import _host_manifest as hm
 from ansible_collections.inferops.sglang.plugins.module_utils import _inputs
 from ansible_collections.inferops.sglang.plugins.module_utils import _preflight
+from ansible_collections.inferops.sglang.plugins.module_utils import _tune
 from ansible_collections.inferops.sglang.plugins.module_utils import _variants as variants_mod
 
 
@@ -384,7 +396,11 @@ def trials(module: AnsibleModule, host: dict) -> dict:
             python=settings["python"], tp_size=settings["tp_size"], gpu_devices=gpus,
             read_write_paths=list(p["read_write_paths"] or []),
             credentials=bool(p["api_key"] or p["admin_api_key"] or p["gateway"])), module.run_command)
-        out.append(dict(trial, gpu_nodes=nodes, url=render["url"], render=render))
+        why = trial["why"]
+        if trial["mode"] == "in_place":
+            minutes = p["trials"].get("minutes") or _tune.BUDGET_DEFAULTS["minutes"]
+            why += ". " + _tune.in_place_downtime(minutes, render["params"]["gate_timeout"], trial["live"]["unit"])["msg"]
+        out.append(dict(trial, why=why, gpu_nodes=nodes, url=render["url"], render=render))
     return {"variant": out[0]["render"], "trials": out}
 
 
@@ -409,7 +425,9 @@ def main() -> None:
             gateway=dict(type="dict", options=dict(server_port=dict(type="int", required=True),
                                                    metrics_port=dict(type="int", required=True))),
             slots=dict(type="dict", options=dict(green_port=dict(type="int", required=True))),
-            trials=dict(type="dict", options=dict(ports=dict(type="list", elements="int", required=True))),
+            trials=dict(type="dict", options=dict(ports=dict(type="list", elements="int", required=True),
+                                                  in_place=dict(type="bool", default=False),
+                                                  minutes=dict(type="float"))),
             gateway_url=dict(type="str"),
             gateway_control_key=dict(type="str", no_log=True),
             metrics=dict(type="bool", default=False),

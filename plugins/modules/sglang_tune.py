@@ -16,9 +16,15 @@ description:
     trial unit O(trials)' candidate and the base in the reference's, both beside the live service, in interleaved
     pairs of rounds, so its figures are ratios to the base with a 95 % interval. A candidate that dies has its
     readiness gate's verdict as its result.
-  - The live service is never stopped, restarted, or taken out of its gateway. The trial units are started without
-    being enabled, with Restart=no, and removed at the end; a run that was killed leaves them, and the next run removes
-    them first.
+  - With two trial slots (the trials' C(mode) V(two)) the live service is never stopped, restarted, or taken out of
+    its gateway, nor with one (V(one): the reference and each candidate take turns on one free GPU group, each measured
+    alone, the reference before and after the candidates, ratios with Welch's interval). The trial units are started
+    without being enabled, with Restart=no, and removed at the end; a run that was killed leaves them, and the next run
+    removes them first.
+  - In place (V(in_place), only where the operator allowed it and no GPU group is free), the trials take turns on the
+    live service's GPUs and the live unit is stopped for the tune; a transient systemd timer armed first starts it
+    again after the job's limit and a minute, whatever happens to the job; at the end the live unit is started and
+    proven by the readiness gate (RV(restored)), and a live unit that does not come back fails the task.
   - What was measured is kept in O(store_dir), per host, model, SGLang version, build, base settings and load; a
     second run reuses it instead of launching again.
   - Returns the winner (RV(verdict) V(better)) as a variant table entry that inherits O(base_name), with its
@@ -53,7 +59,7 @@ options:
   trials:
     description:
       - The preflight's O(inferops.sglang.sglang_preflight#module:trials) result (C(role), C(unit), C(url), C(port),
-        C(render)), each with C(unit_text), its unit as the role rendered it.
+        C(render), C(mode), in place C(live)), each with C(unit_text), its unit as the role rendered it.
     type: list
     elements: dict
     required: true
@@ -167,6 +173,16 @@ store:
   description: The file the measurements are kept in.
   returned: success
   type: str
+mode:
+  description: The trials' mode, V(two), V(one) or V(in_place).
+  returned: success
+  type: str
+  version_added: 0.2.0
+restored:
+  description: In place, the live unit's return (C(unit), C(ready), C(seconds) to pass its readiness gate); null otherwise.
+  returned: success
+  type: dict
+  version_added: 0.2.0
 """
 
 import json
@@ -252,36 +268,57 @@ def main() -> None:
         if event.get("event") == "measured":
             keep()
 
+    downtime = None
     try:
+        budget = _tune.check_budget(p["budget"])
+        if reference.get("mode") == "in_place":
+            downtime = _tune.in_place_downtime(budget["minutes"], p["gate_timeout"], str((reference.get("live") or {}).get("unit")))
         trials = _tune_host.SystemTrials(host, p["trials"], {"timeout": p["gate_timeout"], "settle": p["gate_settle"]},
-                                         progress=report)
-        tune = _tune.Tune(p["base_name"], p["base"], goal, p["space"], p["budget"], planner(p, reference["render"]),
+                                         progress=report, restore_after=downtime and downtime["at_most"])
+        tune = _tune.Tune(p["base_name"], p["base"], goal, p["space"], budget, planner(p, reference["render"]),
                           trials, store=store)
     except (KeyError, ValueError, _tune_host.TrialError, _tune.TuneError) as exc:
         module.fail_json(msg=f"nothing was changed: {exc}")
     if p["lock_file"]:
         claim_lock(module)
+    if downtime:
+        report({"event": "in_place", "msg": downtime["msg"]})
     try:
         trials.install()
         result = tune.run()
     except (_switch.HostError, _tune_host.TrialError, OSError) as exc:
-        try:
-            trials.remove()
-        except (_switch.HostError, OSError):
-            pass
-        module.fail_json(msg=f"the tune stopped: {exc}; the live service was not touched, the trial units are removed")
+        module.fail_json(msg=f"the tune stopped: {exc}; {_cleanup(trials)}")
     try:
         trials.remove()
-    except (_switch.HostError, OSError) as exc:
+    except (_switch.HostError, _tune_host.TrialError, OSError) as exc:
+        if trials.live_stopped:
+            keep()
+            module.fail_json(msg=f"the tune ended ({result['verdict']}: {result['msg']}), but {exc}; "
+                                 f"the restore timer {_tune_host.restore_timer(trials.live['unit'])} starts it again "
+                                 f"{downtime['at_most']} s after the tune began", result=result)
         module.warn(f"the trial units could not all be removed: {exc}")
     keep()
     name = p["winner_name"] or f"{p['base_name']}-tuned"
     variant = _tune.winner_variant(result, name, p["run_id"], {
         "host": p["identity"].get("host"), "model": p["identity"].get("model"), "build": p["identity"].get("build"),
         "sglang_version": reference["render"].get("sglang_version")})
+    result.update(mode=trials.mode, restored=trials.restored, downtime=downtime)
     module.exit_json(changed=True, run=p["run_id"], verdict=result["verdict"], msg=result["msg"], result=result, variant=variant,
                      report=_tune.markdown(result, p["run_id"], str(p["identity"].get("host") or "this host")),
-                     plot=_tune.svg(result), store=store_path)
+                     plot=_tune.svg(result), store=store_path, mode=trials.mode, restored=trials.restored)
+
+
+def _cleanup(trials: _tune_host.SystemTrials) -> str:
+    """The trial units removed after a failed tune (in place: the live service restored), said in words."""
+    try:
+        trials.remove()
+    except (_switch.HostError, _tune_host.TrialError, OSError) as exc:
+        if trials.live_stopped:
+            return f"and {exc}; the restore timer {_tune_host.restore_timer(trials.live['unit'])} starts it again"
+        return f"the trial units could not all be removed: {exc}"
+    if trials.restored:
+        return f"{trials.restored['unit']} is serving again (ready in {trials.restored['seconds']:g} s); the trial units are removed"
+    return "the live service was not touched, the trial units are removed"
 
 
 def _event_text(event: dict) -> str:
@@ -290,6 +327,12 @@ def _event_text(event: dict) -> str:
         return f"planned: grid {event['grid']}, dropped {event['dropped']}, fit {event['fit']}"
     if kind == "start":
         return f"rung pairs {event['pairs']}: starting {event['key']} {json.dumps(event.get('changes'), sort_keys=True)}"
+    if kind in ("in_place", "reference"):
+        return f"{'in place' if kind == 'in_place' else 'the base alone, ' + str(event.get('when'))}: {event.get('msg')}"
+    if kind == "live_stopped":
+        return f"{event['unit']} stopped for the tune (a timer starts it again in {event['restore_after']} s at the latest)"
+    if kind == "live_restored":
+        return f"{event['unit']} serving again, ready in {event['seconds']} s"
     if kind == "measured":
         return f"rung {event['rung']}: {event['key']} ratio {event.get('ratio')} {'; '.join(event.get('missed') or [])}"
     return json.dumps(event, sort_keys=True, default=str)

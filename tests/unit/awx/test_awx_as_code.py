@@ -214,7 +214,7 @@ def test_no_template_prompts_for_free_extra_variables(rendered):
                 questions += 1
         else:
             assert "survey_spec" not in template, template["name"]
-    assert questions == 14  # the deploy survey's five, the plan survey's one, the tune survey's eight
+    assert questions == 15  # the deploy survey's five, the plan survey's one, the tune survey's nine
     # and the check is not vacuous
     assert not bounded({"type": "text", "variable": "rollout_batch", "min": 1, "max": 8, "default": "25%"})
     assert not bounded({"type": "integer", "variable": "rollout_canary", "min": 1, "default": 1})

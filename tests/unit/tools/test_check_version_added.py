@@ -5,6 +5,7 @@ keeps its version_added. Run on copies of this collection, read by the real ansi
 from __future__ import annotations
 
 import importlib.util
+import re
 import shutil
 import subprocess
 import sys
@@ -40,7 +41,7 @@ def collection(tmp_path):
 
 def set_version(root, version: str):
     path = root / "galaxy.yml"
-    path.write_text(path.read_text().replace("\nversion: 0.1.0\n", f"\nversion: {version}\n"))
+    path.write_text(re.sub(r"\nversion: [0-9.]+\n", f"\nversion: {version}\n", path.read_text(), count=1))
 
 
 def add_module_option(root, option: str):
@@ -58,6 +59,7 @@ def test_this_collection_agrees_with_its_last_release(collection):
 
 
 def test_a_new_module_option_without_version_added_fails_until_it_says_the_next_version(collection):
+    set_version(collection, "0.1.0")
     add_module_option(collection, "  drain_grace:\n    description: A new option.\n    type: int\n")
     proc = run(collection)
     assert proc.returncode == 1

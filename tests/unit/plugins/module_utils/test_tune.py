@@ -7,6 +7,7 @@ server starts."""
 
 from __future__ import annotations
 
+import math
 import random
 import xml.etree.ElementTree as ET
 
@@ -82,6 +83,33 @@ class FakeTrials:
 
     def progress(self, event):
         self.events.append(event)
+
+
+class OneSlot(FakeTrials):
+    """One trial slot: one server at a time, each measured alone, in rounds whose speed drifts by
+    ``drift`` a launch (a host that slows over the tune)."""
+
+    together = False
+
+    def __init__(self, drift: float = 0.0, **kw) -> None:
+        super().__init__(**kw)
+        self.drift = drift
+
+    def start(self, role, params):
+        assert not self.running, f"{role} started while {sorted(self.running)} serves in the one slot"
+        return super().start(role, params)
+
+    def compare(self, load):
+        raise AssertionError("one slot: nothing is compared side by side")
+
+    def measure(self, role, load):
+        params = self.running[role]
+        slow = 1 - self.drift * len(self.started)
+        rounds = [{"output_tokens_per_s": self.truth(params) * slow * (1 + self.rng.gauss(0, self.noise)),
+                   "ttft_p95": ttft(params), "ttft_p50": None, "tpot_p50": None, "itl_p50": None, "accept_length": None}
+                  for _round in range(max(1, load["rounds"]))]
+        return {"ok": True, "rounds": rounds, "figures": {"output_tokens_per_s": rounds[0]["output_tokens_per_s"],
+                                                          "ttft_p95": ttft(params)}, "seconds": 1.0, "msg": "measured"}
 
 
 def tune(trials, goal=None, space=None, budget=None, store=None, base=None) -> dict:
@@ -278,3 +306,50 @@ def test_without_a_plan_the_first_rung_is_spread_over_every_value_of_each_settin
     first = _tune.first_rung([e for e in kept if e["params"] != _tune.normalise(BASE)], 3)
     assert {e["params"]["max_running_requests"] for e in first} == {1, 2, 4}
     assert {e["params"]["chunked_prefill_size"] for e in first} == {128, 512}
+
+
+def test_one_slot_measures_the_base_before_and_after_and_each_candidate_alone():
+    trials = OneSlot()
+    result = tune(trials, budget={"trials": 12})
+    roles = [role for role, _p in trials.started]
+    # the base first and last, each candidate in between, never two at once (OneSlot.start asserts it)
+    assert roles[0] == "reference" and roles[-1] == "reference" and roles.count("reference") == 2
+    assert result["trial_slots"] == 1 and result["reference_starts"] == 2
+    assert result["verdict"] == "better", result["msg"]
+    points = [p for p in _tune.grid(_tune.normalise(BASE), _tune.default_space(_tune.normalise(BASE), _tune.objective(GOAL)))
+              if planner(p)["fits"]]
+    assert speed(result["winner"]["params"]) >= 0.95 * max(speed(p) for p in points)
+    # the winner's interval is against the base's rounds before and after: Welch's, over 10 of them
+    ratio = result["winner"]["ratio"]
+    assert ratio["low"] > 1 and ratio["pairs"] == _tune.RUNG_PAIRS[-1]
+    assert result["reference_drift"]["verdict"] == "no difference within noise"
+    # the ratio is not the paired one: the rounds were measured apart
+    measured = [c for c in result["candidates"] if c["ok"]]
+    assert measured and all(c["ratio"]["figure"] == "output_tokens_per_s" for c in measured)
+
+
+def test_one_slot_a_host_that_drifts_shows_in_the_bases_rounds_and_widens_the_interval():
+    steady = tune(OneSlot(noise=0.01), budget={"trials": 6})
+    drifting = tune(OneSlot(noise=0.01, drift=0.02), budget={"trials": 6})
+    assert drifting["reference_drift"]["verdict"] == "worse" and drifting["reference_drift"]["ratio"] < 0.95
+    width = [r["winner" if r["winner"] else "best"]["ratio"] for r in (steady, drifting)]
+    log_width = [math.log(w["high"] / w["low"]) for w in width]
+    assert log_width[1] > 2 * log_width[0]
+
+
+def test_one_slot_a_base_that_does_not_serve_again_is_said_and_keeps_the_first_comparisons():
+    trials = OneSlot()
+    starts = {"reference": 0}
+    alive = trials.start
+
+    def start(role, params):
+        if role == "reference":
+            starts["reference"] += 1
+            if starts["reference"] == 2:
+                trials.started.append((role, dict(params)))
+                return {"ready": False, "seconds": 3.0, "cause": "cuda_oom", "verdict": "process_exited"}
+        return alive(role, params)
+    trials.start = start
+    result = tune(trials, budget={"trials": 6})
+    assert "did not start again after the candidates (cuda_oom)" in result["note"]
+    assert result["reference_drift"] is None and result["best"]["ratio"]["ratio"] is not None

@@ -171,3 +171,147 @@ def test_the_module_refuses_a_bad_objective_before_anything_changes(capsys, tmp_
     rc, result, _out = run_module(sglang_tune.main, capsys, args)
     assert rc == 1 and result["msg"].startswith("nothing was changed: objective.concurrency")
     assert not (tmp_path / "store").exists()
+
+
+# -- one slot, and in place ------------------------------------------------------------------------------------
+
+LIVE = {"unit": "sglang-qwen.service", "url": "http://127.0.0.1:30010", "gpus": [0, 2], "variant": "nextn-small"}
+
+
+class OneSlotHost(FakeHost):
+    """Also one server measured alone (SystemHost.bench), the live unit's own state, and systemd-run."""
+
+    def __init__(self, live_comes_back: bool = True, **kw) -> None:
+        super().__init__(**kw)
+        self.live_comes_back = live_comes_back
+        self.live_active = True
+
+    def systemctl(self, *args):
+        if args[-1] == LIVE["unit"]:
+            self.calls.append(["systemctl", *args])
+            self.live_active = args[0] == "start"
+            return ""
+        return super().systemctl(*args)
+
+    def gate(self, url, api_key_file, timeout, settle, unit=None):
+        if unit == LIVE["unit"]:
+            if self.live_comes_back and self.live_active:
+                return {"ready": True, "msg": "ready"}
+            return {"ready": False, "failure": "process_exited", "cause": "cuda_oom", "cause_summary": "CUDA out of memory"}
+        return super().gate(url, api_key_file, timeout, settle, unit=unit)
+
+    def bench(self, url, api_key_file, load, baseline, thresholds, unit=None):
+        assert len(self.running) == 1 and unit in self.running, f"measured {unit} with {sorted(self.running)} running"
+        assert not self.live_active or not self.in_place, "a trial measured while the live service runs on its GPUs"
+        speed = rate(self.running[unit])
+        rounds = [{"output_tokens_per_s": speed * (1 + 0.01 * (i % 3 - 1)), "ttft_p95": 0.1, "ttft_p50": None,
+                   "tpot_p50": None, "itl_p50": None, "accept_length": None} for i in range(load["rounds"])]
+        self.calls.append(["bench", unit, str(load["rounds"])])
+        return {"ok": True, "rounds": rounds, "figures": {"output_tokens_per_s": speed, "ttft_p95": 0.1}, "seconds": 1.0}
+
+    def bench_pair(self, reference, candidate, load, thresholds):
+        raise AssertionError("one slot: the two never serve at once")
+
+
+def one_slot(tmp_path, mode: str, **host_kw):
+    host = OneSlotHost(**host_kw)
+    host.in_place = mode == "in_place"
+    host.unit_dir = tmp_path
+    made = [dict(trial(role, port), gpus=[0, 2], mode=mode, live=LIVE) for role, port in (("reference", 30020),
+                                                                                         ("candidate", 30021))]
+    return _tune_host.SystemTrials(host, made, {"timeout": 60, "settle": 1}, unit_dir=str(tmp_path),
+                                   restore_after=5000 if mode == "in_place" else None), host
+
+
+def test_in_place_arms_the_restore_timer_before_it_stops_the_live_unit_and_restores_and_proves_it(tmp_path):
+    made, host = one_slot(tmp_path, "in_place")
+    assert not made.together
+    made.install()
+    made.start("reference", BASE)
+    timer = "sglang-qwen-tune-restore"
+    arm = next(i for i, c in enumerate(host.calls) if c[0] == "systemd-run")
+    stop_live = host.calls.index(["systemctl", "stop", "--", "sglang-qwen.service"])
+    assert arm < stop_live < host.calls.index(["systemctl", "start", "--", "sglang-qwen-tune-reference.service"])
+    assert host.calls[arm][:5] == ["systemd-run", "--quiet", f"--unit={timer}", "--on-active=5000s",
+                                   "--timer-property=AccuracySec=1s"]
+    assert host.calls[arm][-4:][1:] == ["start", "--", "sglang-qwen.service"]
+    # the trial conflicts with the live unit: whichever systemd starts stops the other
+    dropin = (tmp_path / "sglang-qwen-tune-reference.service.d" / _tune_host.DROPIN).read_text()
+    assert dropin.startswith("[Unit]\nConflicts=sglang-qwen.service\n[Service]\nRestart=no\n")
+    measured = made.measure("reference", {"rounds": 3})
+    assert measured["ok"] and len(measured["rounds"]) == 3
+    made.stop("reference")
+    made.remove()
+    assert host.calls[-3:] == [["systemctl", "reset-failed", "--", "sglang-qwen.service"],
+                               ["systemctl", "start", "--", "sglang-qwen.service"],
+                               ["systemctl", "stop", "--", f"{timer}.timer"]]
+    assert made.restored["ready"] and host.live_active and list(tmp_path.iterdir()) == []
+
+
+def test_in_place_a_live_unit_that_does_not_come_back_is_an_error_and_the_timer_stays_armed(tmp_path):
+    made, host = one_slot(tmp_path, "in_place", live_comes_back=False)
+    made.install()
+    made.start("reference", BASE)
+    with pytest.raises(_tune_host.TrialError, match="the live service sglang-qwen.service did not come back.*cuda_oom"):
+        made.remove()
+    assert ["systemctl", "stop", "--", "sglang-qwen-tune-restore.timer"] not in host.calls[-2:]
+    assert made.live_stopped
+
+
+def test_in_place_is_refused_without_the_live_unit_or_the_timer(tmp_path):
+    host = OneSlotHost()
+    made = [dict(trial(role, port), mode="in_place", live=None) for role, port in (("reference", 1), ("candidate", 2))]
+    with pytest.raises(_tune_host.TrialError, match="needs the live service's unit and URL"):
+        _tune_host.SystemTrials(host, made, {}, unit_dir=str(tmp_path), restore_after=60)
+    made = [dict(m, live=LIVE) for m in made]
+    with pytest.raises(_tune_host.TrialError, match="needs restore_after"):
+        _tune_host.SystemTrials(host, made, {}, unit_dir=str(tmp_path))
+    with pytest.raises(_tune_host.TrialError, match="the same for both"):
+        _tune_host.SystemTrials(host, [made[0], dict(made[1], mode="two")], {}, unit_dir=str(tmp_path), restore_after=60)
+
+
+def module_args(tmp_path, mode: str) -> dict:
+    return {"service": "sglang-qwen.service", "run_id": "r1", "base_name": "nextn-small", "base": BASE,
+            "trials": [dict(trial(role, port), mode=mode, live=LIVE) for role, port in (("reference", 30020),
+                                                                                     ("candidate", 30021))],
+            "objective": {"concurrency": 8, "max_tokens": 32}, "space": {"max_running_requests": [4, 8]},
+            "budget": {"trials": 3, "minutes": 10}, "store_dir": str(tmp_path / "store"), "model_path": str(tmp_path),
+            "check_gpus": False, "gate_timeout": 100}
+
+
+@pytest.mark.parametrize("mode", ["one", "in_place"])
+def test_the_module_tunes_in_one_slot_and_in_place_restores_the_live_service(capsys, tmp_path, monkeypatch, mode):
+    host = OneSlotHost()
+    host.in_place = mode == "in_place"
+    host.unit_dir = tmp_path / "units"
+    host.unit_dir.mkdir()
+    monkeypatch.setattr(sglang_tune._switch, "SystemHost", lambda *a, **kw: host)
+    monkeypatch.setattr(sglang_tune._tune_host, "UNIT_DIR", str(host.unit_dir))
+    rc, result, _out = run_module(sglang_tune.main, capsys, module_args(tmp_path, mode))
+    assert rc == 0, result
+    assert result["mode"] == mode and result["verdict"] == "better" and "max_running_requests 8" in result["msg"]
+    assert result["result"]["reference_starts"] == 2 and result["result"]["trial_slots"] == 1
+    benched = [c[1] for c in host.calls if c[0] == "bench"]
+    assert benched[0] == benched[-1] == "sglang-qwen-tune-reference.service" and "sglang-qwen-tune-candidate.service" in benched
+    live_calls = [c for c in host.calls if c[-1] == "sglang-qwen.service" and c[0] == "systemctl"]
+    if mode == "one":
+        assert result["restored"] is None and live_calls == [] and host.live_active
+    else:
+        assert result["restored"]["unit"] == "sglang-qwen.service" and result["restored"]["ready"] and host.live_active
+        # the timer: the job's limit (10 min, three gates of 100 s, the margin) and a minute
+        assert any(c[0] == "systemd-run" and "--on-active=1560s" in c for c in host.calls)
+        assert "at most 26 min" in result["result"]["downtime"]["msg"]
+    assert list(host.unit_dir.iterdir()) == []
+
+
+def test_the_module_fails_when_the_live_service_does_not_come_back_after_a_tune_in_place(capsys, tmp_path, monkeypatch):
+    host = OneSlotHost(live_comes_back=False)
+    host.in_place = True
+    host.unit_dir = tmp_path / "units"
+    host.unit_dir.mkdir()
+    monkeypatch.setattr(sglang_tune._switch, "SystemHost", lambda *a, **kw: host)
+    monkeypatch.setattr(sglang_tune._tune_host, "UNIT_DIR", str(host.unit_dir))
+    rc, result, _out = run_module(sglang_tune.main, capsys, module_args(tmp_path, "in_place"))
+    assert rc == 1
+    assert "the tune ended (better" in result["msg"] and "did not come back" in result["msg"]
+    assert "the restore timer sglang-qwen-tune-restore starts it again" in result["msg"]

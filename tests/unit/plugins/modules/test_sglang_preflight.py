@@ -331,10 +331,38 @@ def test_a_tune_is_refused_without_a_deployed_service_or_room_or_ports_of_its_ow
     assert rc == 1 and "the trial port 30000 is also port" in result["msg"]
     rc, result = run(capsys, **args(ct129, name="nextn", baseline=None, state_dir=state, trials={"ports": [30020]}))
     assert rc == 1 and "trials.ports must be two ports" in result["msg"]
-    # TP 4 on ct129: the live slot on 0, 2, and 4 more for each trial server: 7 usable GPUs cannot hold both
+    # TP 4 on ct129 with the live slot on 0, 2, 3, 4: three usable GPUs left, no group of four
+    state = live_slot(tmp_path / "tp4", monkeypatch, True, gpu_devices=[0, 2, 3, 4])
     rc, result = run(capsys, **args(ct129, name="nextn", baseline=None, state_dir=state, tp_size="4",
                                     gpu_devices="0,2,3,4", trials={"ports": [30020, 30021]}))
-    assert rc == 1 and "no room for a tune beside nextn" in result["msg"] and "needs 8 free GPUs" in result["msg"], result["msg"]
+    assert rc == 1 and "no room for a tune beside nextn" in result["msg"] and "TP 4 needs 4 free GPUs" in result["msg"]
+    assert "free: [5, 6, 7]" in result["msg"] and "a tune in place (tune_in_place)" in result["msg"], result["msg"]
+
+
+def test_one_free_group_makes_the_trials_take_turns_and_none_tunes_in_place_only_where_allowed(ct129, capsys,
+                                                                                                monkeypatch, tmp_path):
+    """TP 4, the live slot on 0 and 2: GPUs 3-6 are one free group, where the reference and each candidate take
+    turns. The live slot on 0, 2, 3, 4: no group is free; in place (allowed) both take the live slot's GPUs, and
+    the downtime is stated before anything stops."""
+    monkeypatch.setattr(_preflight._credentials, "problem", lambda run_command: None)
+    state = live_slot(tmp_path, monkeypatch, True)
+    rc, result = run(capsys, **args(ct129, name="nextn", baseline=None, state_dir=state, tp_size="4",
+                                    gpu_devices="0,2,3,4", trials={"ports": [30020, 30021]}))
+    assert rc == 0, result
+    reference, candidate = result["trials"]
+    assert reference["mode"] == candidate["mode"] == "one" and reference["gpus"] == candidate["gpus"] == [3, 4, 5, 6]
+    assert "take turns on GPUs [3, 4, 5, 6]" in reference["why"] and reference["port"] != candidate["port"]
+    busy = live_slot(tmp_path / "busy", monkeypatch, True, gpu_devices=[0, 2, 3, 4])
+    rc, result = run(capsys, **args(ct129, name="nextn", baseline=None, state_dir=busy, tp_size="4", gpu_devices="0,2,3,4",
+                                    trials={"ports": [30020, 30021], "in_place": True, "minutes": 30}))
+    assert rc == 0, result
+    reference, candidate = result["trials"]
+    assert reference["mode"] == candidate["mode"] == "in_place" and reference["gpus"] == candidate["gpus"] == [0, 2, 3, 4]
+    assert reference["live"]["unit"] == "sglang-qwen.service" and reference["live"]["url"] == "http://127.0.0.1:30010"
+    # the downtime, stated first: the budget, three starts within the gate's timeout, the timer's deadline
+    limit = (60 * 30 + 3 * 900 + 600 + 60) / 60
+    assert (f"sglang-qwen.service is stopped for the whole tune: about the budget's 30 min" in reference["why"]
+            and f"at most {limit:.0f} min: a systemd timer starts sglang-qwen.service again" in reference["why"]), reference["why"]
 
 
 def test_a_gpu_that_logged_a_fatal_xid_refuses_the_variant_before_anything_changes(ct129, capsys, tmp_path):
