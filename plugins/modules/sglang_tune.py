@@ -17,7 +17,7 @@ description:
     pairs of rounds, so its figures are ratios to the base with a 95 % interval. A candidate that dies has its
     readiness gate's verdict as its result.
   - With two trial slots (the trials' C(mode) V(two)) the live service is never stopped, restarted, or taken out of
-    its gateway, nor with one (V(one): the reference and each candidate take turns on one free GPU group, each measured
+    its gateway, nor with one (V(one), where the reference and each candidate take turns on one free GPU group, each measured
     alone, the reference before and after the candidates, ratios with Welch's interval). The trial units are started
     without being enabled, with Restart=no, and removed at the end; a run that was killed leaves them, and the next run
     removes them first.
