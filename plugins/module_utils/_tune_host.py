@@ -179,7 +179,7 @@ class SystemTrials:
     def measure(self, role: str, load: dict) -> dict:
         """One trial alone (one slot): _bench.benchmark's rounds on its own listener."""
         trial = self.trials[role]
-        return self.host.bench(trial["url"], None, load, None, {}, unit=trial["unit"])
+        return self.host.bench(trial["url"], None, dict({"budget": None}, **load), None, {}, unit=trial["unit"])
 
     def compare(self, load: dict) -> dict:
         ref, cand = self.trials["reference"], self.trials["candidate"]

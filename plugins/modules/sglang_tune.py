@@ -288,6 +288,10 @@ def main() -> None:
         result = tune.run()
     except (_switch.HostError, _tune_host.TrialError, OSError) as exc:
         module.fail_json(msg=f"the tune stopped: {exc}; {_cleanup(trials)}")
+    except BaseException:
+        # whatever else ends the run, the trial units go and, in place, the live service comes back first
+        _cleanup(trials)
+        raise
     try:
         trials.remove()
     except (_switch.HostError, _tune_host.TrialError, OSError) as exc:

@@ -10,7 +10,7 @@ import json
 import pytest
 from sim_helpers import run_module
 
-from ansible_collections.inferops.sglang.plugins.module_utils import _tune_host, _variants
+from ansible_collections.inferops.sglang.plugins.module_utils import _bench, _tune_host, _variants
 from ansible_collections.inferops.sglang.plugins.modules import sglang_tune
 
 SERVER = {"model_path": "/srv/models/q", "served_model_name": "q", "host": "127.0.0.1", "tp_size": 2}
@@ -185,6 +185,7 @@ class OneSlotHost(FakeHost):
         super().__init__(**kw)
         self.live_comes_back = live_comes_back
         self.live_active = True
+        self.bench_fails = False
 
     def systemctl(self, *args):
         if args[-1] == LIVE["unit"]:
@@ -201,6 +202,10 @@ class OneSlotHost(FakeHost):
         return super().gate(url, api_key_file, timeout, settle, unit=unit)
 
     def bench(self, url, api_key_file, load, baseline, thresholds, unit=None):
+        # what SystemHost.bench reads (_bench.measure): every load setting
+        assert set(_bench.LOAD_SETTINGS) <= set(load), sorted(set(_bench.LOAD_SETTINGS) - set(load))
+        if self.bench_fails:
+            raise KeyError("a bug in the measurement")
         assert len(self.running) == 1 and unit in self.running, f"measured {unit} with {sorted(self.running)} running"
         assert not self.live_active or not self.in_place, "a trial measured while the live service runs on its GPUs"
         speed = rate(self.running[unit])
@@ -238,7 +243,8 @@ def test_in_place_arms_the_restore_timer_before_it_stops_the_live_unit_and_resto
     # the trial conflicts with the live unit: whichever systemd starts stops the other
     dropin = (tmp_path / "sglang-qwen-tune-reference.service.d" / _tune_host.DROPIN).read_text()
     assert dropin.startswith("[Unit]\nConflicts=sglang-qwen.service\n[Service]\nRestart=no\n")
-    measured = made.measure("reference", {"rounds": 3})
+    measured = made.measure("reference", {"requests": 4, "concurrency": 2, "max_tokens": 8, "rounds": 3, "warmup": True,
+                                          "timeout": 60})
     assert measured["ok"] and len(measured["rounds"]) == 3
     made.stop("reference")
     made.remove()
@@ -315,3 +321,18 @@ def test_the_module_fails_when_the_live_service_does_not_come_back_after_a_tune_
     assert rc == 1
     assert "the tune ended (better" in result["msg"] and "did not come back" in result["msg"]
     assert "the restore timer sglang-qwen-tune-restore starts it again" in result["msg"]
+
+
+def test_whatever_ends_a_tune_in_place_the_live_service_comes_back_first(capsys, tmp_path, monkeypatch):
+    """Not only the errors the module expects: an exception of any kind removes the trial units and restores the
+    live service before it ends the module."""
+    host = OneSlotHost()
+    host.in_place, host.bench_fails = True, True
+    host.unit_dir = tmp_path / "units"
+    host.unit_dir.mkdir()
+    monkeypatch.setattr(sglang_tune._switch, "SystemHost", lambda *a, **kw: host)
+    monkeypatch.setattr(sglang_tune._tune_host, "UNIT_DIR", str(host.unit_dir))
+    with pytest.raises(KeyError):
+        run_module(sglang_tune.main, capsys, module_args(tmp_path, "in_place"))
+    assert host.live_active and ["systemctl", "stop", "--", "sglang-qwen-tune-restore.timer"] == host.calls[-1]
+    assert list(host.unit_dir.iterdir()) == []
