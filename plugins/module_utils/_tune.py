@@ -612,7 +612,8 @@ def markdown(result: dict, run: str, host: str) -> str:
              f"fit: {result['fit']}; launched {result['launches']} (reused {result['reused']} from earlier runs); "
              f"died at start: {len(result['deaths'])}; {result['seconds']:.0f} s",
              f"- Rungs of the halving: {result['rungs']} candidates, {list(RUNG_PAIRS)[:len(result['rungs'])]} pairs of rounds each"
-             + (f"; {result['note']}" if result.get("note") else ""), "",
+             + (f"; {result['note']}" if result.get("note") else ""),
+             f"- Trials: {_slots_text(result)}", "",
              "## Measured (ratios to the base in interleaved pairs, 95 % interval)", "",
              "KV tokens and running requests: the plan's, then what the started server resolved (/server_info).", "",
              "| rung | changes | tokens/s | ratio | TTFT p95 ms | KV tokens | running | start s | result |",
@@ -634,6 +635,21 @@ def markdown(result: dict, run: str, host: str) -> str:
         searched = {k: d["params"].get(k) for k in KNOBS if k in result["space"]}
         lines.append(f"| {_changes_text(searched)} | {d.get('binding')} | {str(d.get('why')).replace('|', '/')} |")
     return "\n".join(lines) + "\n"
+
+
+def _slots_text(result: dict) -> str:
+    """How the trials ran: side by side, or taking turns (the base's drift), and in place (the live service's return)."""
+    if result.get("trial_slots", 2) == 2:
+        return "the base and each candidate serving at once, in interleaved pairs"
+    drift = result.get("reference_drift") or {}
+    text = (f"one slot, taking turns: the base alone before and after the candidates ({result.get('reference_starts')} starts), "
+            "each ratio Welch's on rounds measured apart; the base after / before: "
+            + (Tune._interval(drift) if drift else "not measured again"))
+    if result.get("mode") == "in_place":
+        restored = result.get("restored") or {}
+        text += (f"; in place: the live service {restored.get('unit')} stopped for the tune, serving again "
+                 f"(ready in {restored.get('seconds')} s)" if restored.get("ready") else "; in place: the live service was not proven back")
+    return text
 
 
 def _changes_text(found: dict) -> str:

@@ -154,6 +154,7 @@ def test_the_module_runs_a_tune_on_the_trials_and_removes_them(capsys, tmp_path,
     assert entry["inherits"] == "nextn-small" and entry["max_running_requests"] == 8
     assert entry["provenance"]["run"] == "r1" and entry["provenance"]["sglang_version"] == "0.5.11"
     assert "| rung |" in result["report"] and result["plot"].startswith("<svg")
+    assert "- Trials: the base and each candidate serving at once, in interleaved pairs" in result["report"]
     # what each started server resolved is its evidence: the winner runs the 8 it was given
     assert "| - / 5120 | - / 8 |" in result["report"], result["report"]
     assert list(host.unit_dir.iterdir()) == []  # the trial units are gone
@@ -222,8 +223,8 @@ def one_slot(tmp_path, mode: str, **host_kw):
     host = OneSlotHost(**host_kw)
     host.in_place = mode == "in_place"
     host.unit_dir = tmp_path
-    made = [dict(trial(role, port), gpus=[0, 2], mode=mode, live=LIVE) for role, port in (("reference", 30020),
-                                                                                         ("candidate", 30021))]
+    roles = (("reference", 30020), ("candidate", 30021))
+    made = [dict(trial(role, port), gpus=[0, 2], mode=mode, live=LIVE) for role, port in roles]
     return _tune_host.SystemTrials(host, made, {"timeout": 60, "settle": 1}, unit_dir=str(tmp_path),
                                    restore_after=5000 if mode == "in_place" else None), host
 
@@ -278,8 +279,8 @@ def test_in_place_is_refused_without_the_live_unit_or_the_timer(tmp_path):
 
 def module_args(tmp_path, mode: str) -> dict:
     return {"service": "sglang-qwen.service", "run_id": "r1", "base_name": "nextn-small", "base": BASE,
-            "trials": [dict(trial(role, port), mode=mode, live=LIVE) for role, port in (("reference", 30020),
-                                                                                     ("candidate", 30021))],
+            "trials": [dict(trial(role, port), mode=mode, live=LIVE)
+                       for role, port in (("reference", 30020), ("candidate", 30021))],
             "objective": {"concurrency": 8, "max_tokens": 32}, "space": {"max_running_requests": [4, 8]},
             "budget": {"trials": 3, "minutes": 10}, "store_dir": str(tmp_path / "store"), "model_path": str(tmp_path),
             "check_gpus": False, "gate_timeout": 100}
@@ -300,13 +301,16 @@ def test_the_module_tunes_in_one_slot_and_in_place_restores_the_live_service(cap
     benched = [c[1] for c in host.calls if c[0] == "bench"]
     assert benched[0] == benched[-1] == "sglang-qwen-tune-reference.service" and "sglang-qwen-tune-candidate.service" in benched
     live_calls = [c for c in host.calls if c[-1] == "sglang-qwen.service" and c[0] == "systemctl"]
+    assert "- Trials: one slot, taking turns: the base alone before and after the candidates (2 starts)" in result["report"]
     if mode == "one":
         assert result["restored"] is None and live_calls == [] and host.live_active
+        assert "in place" not in result["report"]
     else:
         assert result["restored"]["unit"] == "sglang-qwen.service" and result["restored"]["ready"] and host.live_active
         # the timer: the job's limit (10 min, three gates of 100 s, the margin) and a minute
         assert any(c[0] == "systemd-run" and "--on-active=1560s" in c for c in host.calls)
         assert "at most 26 min" in result["result"]["downtime"]["msg"]
+        assert "in place: the live service sglang-qwen.service stopped for the tune, serving again" in result["report"]
     assert list(host.unit_dir.iterdir()) == []
 
 

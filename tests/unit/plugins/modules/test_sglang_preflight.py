@@ -339,8 +339,8 @@ def test_a_tune_is_refused_without_a_deployed_service_or_room_or_ports_of_its_ow
     assert "free: [5, 6, 7]" in result["msg"] and "a tune in place (tune_in_place)" in result["msg"], result["msg"]
 
 
-def test_one_free_group_makes_the_trials_take_turns_and_none_tunes_in_place_only_where_allowed(ct129, capsys,
-                                                                                                monkeypatch, tmp_path):
+def test_one_free_group_makes_the_trials_take_turns_and_none_tunes_in_place_only_where_allowed(
+        ct129, capsys, monkeypatch, tmp_path):
     """TP 4, the live slot on 0 and 2: GPUs 3-6 are one free group, where the reference and each candidate take
     turns. The live slot on 0, 2, 3, 4: no group is free; in place (allowed) both take the live slot's GPUs, and
     the downtime is stated before anything stops."""
@@ -361,7 +361,7 @@ def test_one_free_group_makes_the_trials_take_turns_and_none_tunes_in_place_only
     assert reference["live"]["unit"] == "sglang-qwen.service" and reference["live"]["url"] == "http://127.0.0.1:30010"
     # the downtime, stated first: the budget, three starts within the gate's timeout, the timer's deadline
     limit = (60 * 30 + 3 * 900 + 600 + 60) / 60
-    assert (f"sglang-qwen.service is stopped for the whole tune: about the budget's 30 min" in reference["why"]
+    assert ("sglang-qwen.service is stopped for the whole tune: about the budget's 30 min" in reference["why"]
             and f"at most {limit:.0f} min: a systemd timer starts sglang-qwen.service again" in reference["why"]), reference["why"]
 
 
