@@ -577,3 +577,81 @@ def error_tail(lines: list[str], count: int = 4) -> list[str]:
         return records[-count:]
     hits = [strip_stamp(x) for x in lines if _ERROR_WORDS.search(x) and not _WARNING.match(strip_stamp(x))]
     return hits[-count:] if hits else [strip_stamp(x) for x in lines[-count:]]
+
+
+# -- what a serving server says about its memory and its load (SGLang's tuning signals) ---------------------
+#
+# SGLang's hyperparameter tuning guide reads three things from the log: the memory left for activations once
+# the KV pool is sized (available_gpu_mem in the scheduler's summary, 0.5.11 managers/scheduler.py:763-770;
+# available_cpu_mem on CPU), how full the pool is and how many requests wait while it serves (the "Decode
+# batch" line every decode_log_interval, default 40, decode steps: #running-req, #token, token usage,
+# #queue-req; 0.5.11 observability/scheduler_metrics_mixin.py:512-566 and
+# managers/scheduler_runtime_checker_mixin.py:113-116), and retractions (a full pool sends running requests
+# back to the queue: "KV cache pool is full. Retract requests. #retracted_reqs: N, ...", 0.5.11
+# managers/scheduler.py:2858-2870).
+_SUMMARY = re.compile(r"^max_total_num_tokens=(?P<tokens>\d+), chunked_prefill_size=(?P<chunk>-?\d+|None), "
+                      r".*?max_running_requests=(?P<running>\d+), context_len=(?P<context>\d+), "
+                      r"available_(?P<device>gpu|cpu)_mem=(?P<mem>[0-9.]+) GB")
+_DECODE = re.compile(r"^Decode batch(?: \[\d+\])?, #running-req: (?P<running>\d+), #token: (?P<tokens>\d+), "
+                     r"token usage: (?P<usage>[0-9.]+), .*#queue-req: (?P<queue>\d+)")
+_RETRACT = re.compile(r"^KV cache pool is full\. Retract requests\. #retracted_reqs: (?P<reqs>\d+)")
+# The guide's reading of them: 5-8 GB left for activations is right, 10-20 GB means the static pool could be
+# larger; a pool used above 0.9 with requests queued is well used; a retraction means it was too small.
+AVAILABLE_GB = (5.0, 8.0)
+FULL_USAGE = 0.9
+
+
+def signals(lines: list[str]) -> dict:
+    """SGLang's own tuning signals in a server's log (the lines since its start): ``available_mem_gb`` (and
+    ``device``), ``max_total_num_tokens``, ``max_running_requests``, ``context_len`` from its summary;
+    ``decode_lines``, ``token_usage_max``, ``running_max``, ``queue_max`` over its "Decode batch" lines;
+    ``retractions`` and ``retracted_reqs``; and ``reading``, what SGLang's guide makes of them (empty when
+    they say nothing)."""
+    out: dict = {"available_mem_gb": None, "device": None, "max_total_num_tokens": None, "max_running_requests": None,
+                 "context_len": None, "decode_lines": 0, "token_usage_max": None, "running_max": None, "queue_max": None,
+                 "retractions": 0, "retracted_reqs": 0}
+    for line in lines:
+        text = strip_stamp(line)
+        found = _DECODE.match(text)
+        if found:
+            out["decode_lines"] += 1
+            for key, group, kind in (("token_usage_max", "usage", float), ("running_max", "running", int),
+                                     ("queue_max", "queue", int)):
+                value = kind(found.group(group))
+                out[key] = value if out[key] is None else max(out[key], value)
+            continue
+        found = _RETRACT.match(text)
+        if found:
+            out["retractions"] += 1
+            out["retracted_reqs"] += int(found.group("reqs"))
+            continue
+        found = _SUMMARY.match(text)
+        if found:
+            out.update(available_mem_gb=float(found.group("mem")), device=found.group("device"),
+                       max_total_num_tokens=int(found.group("tokens")), max_running_requests=int(found.group("running")),
+                       context_len=int(found.group("context")))
+    out["reading"] = reading(out)
+    return out
+
+
+def reading(found: dict) -> list[str]:
+    """What SGLang's tuning guide makes of the signals, a phrase each."""
+    said = []
+    if found.get("retractions"):
+        said.append(f"the KV pool filled and {found['retracted_reqs']} running request(s) were retracted "
+                    f"({found['retractions']} time(s)): fewer running requests or a larger pool")
+    usage, queue = found.get("token_usage_max"), found.get("queue_max")
+    if usage is not None and usage >= FULL_USAGE and queue:
+        said.append(f"the KV pool was full (token usage {usage:.2f}) with {queue} request(s) queued: it binds")
+    elif usage is not None and queue and usage < FULL_USAGE:
+        said.append(f"requests queued ({queue}) with the pool at {usage:.2f}: the running-request limit binds")
+    mem = found.get("available_mem_gb")
+    if mem is not None and found.get("device") == "gpu":
+        low, high = AVAILABLE_GB
+        if mem < low:
+            said.append(f"{mem:.2f} GB left for activations, under the {low:g}-{high:g} GB SGLang advises: "
+                        "a long prefill may run out of memory")
+        elif mem > 10:
+            said.append(f"{mem:.2f} GB left for activations, above the {low:g}-{high:g} GB SGLang advises: "
+                        "mem_fraction_static could be larger")
+    return said

@@ -101,6 +101,7 @@ class Trials(Protocol):
     def stop(self, role: str) -> None: ...
     def compare(self, load: dict) -> dict: ...            # _bench.interleaved(reference, candidate, load)
     def measure(self, role: str, load: dict) -> dict: ...  # _bench.benchmark of one server alone (one slot)
+    def signals(self, role: str) -> dict: ...             # _sglang_log.signals of its log since it started
     def time(self) -> float: ...                          # seconds, monotonic
     def progress(self, event: dict) -> None: ...
 
@@ -363,6 +364,7 @@ class Tune:
         self.deaths: list[dict] = []
         self.together = bool(getattr(trials, "together", True))
         self.launches_reference = 0
+        self.reference_signals: dict = {}
         # one slot: the base's rounds, before the candidates ("before") and after them ("after")
         self.reference_rounds: dict[str, list[dict]] = {}
 
@@ -396,7 +398,8 @@ class Tune:
                 result = {k: result.get(k) for k in ("ok", "figures", "reference", "comparison", "seconds", "msg")}
             else:
                 result = self._alone(pairs)
-            result.update(start_seconds=started.get("seconds"), signals=started.get("signals"))
+            result.update(start_seconds=started.get("seconds"),
+                          signals=dict(started.get("signals") or {}, log=self.trials.signals("candidate")))
             if result.get("ok"):
                 self.store.setdefault(entry["key"], {})[str(pairs)] = result
             return result
@@ -420,6 +423,8 @@ class Tune:
         """The base measured alone in the one slot (its rounds kept under ``when``); stopped after."""
         try:
             measured = self.trials.measure("reference", dict(self.load, rounds=REFERENCE_ROUNDS))
+            if measured.get("ok"):
+                self.reference_signals = self.trials.signals("reference")
         finally:
             self.trials.stop("reference")
         if measured.get("ok"):
@@ -506,6 +511,8 @@ class Tune:
         except ReferenceLost as exc:
             stopped_early = f"the reference ({self.base_name}) stopped serving, the search ended there: {exc}"
         finally:
+            if self.together:
+                self.reference_signals = self.trials.signals("reference")
             self.trials.stop("reference")
         if not self.together and any((e.get("measured") or {}).get("ok") for e in self.entries.values()):
             late = self._after()
@@ -535,13 +542,17 @@ class Tune:
                 verdict = "none"
                 why = (f"nothing beats {self.base_name} beyond noise: the best measured, {self._describe(winner)}, "
                        f"{FIGURE} {self._interval(interval)}")
+        if verdict == "better" and winner is not None:
+            said = ((winner["measured"].get("signals") or {}).get("log") or {}).get("reading") or []
+            if said:
+                why += f"; SGLang's log of it under the load: {'; '.join(said)}"
         return {
             "verdict": verdict, "msg": why, "note": note, "base": self.base_name, "base_fits": base_fits,
             "objective": self.goal, "space": self.space, "budget": self.budget,
             "grid": len(points), "dropped": dropped, "fit": len(self.entries), "rungs": sizes[:len(RUNG_PAIRS)],
             "launches": self.launches, "reused": self.reused, "deaths": self.deaths,
             "trial_slots": 2 if self.together else 1, "reference_starts": self.launches_reference,
-            "reference_drift": self.drift(),
+            "reference_drift": self.drift(), "reference_signals": self.reference_signals,
             "seconds": round(self.trials.time() - started, 2),
             "reference_start": reference,
             "candidates": [self._public(e) for e in sorted(self.entries.values(), key=lambda e: (-e["rung"], e["key"]))],
@@ -567,6 +578,7 @@ class Tune:
                 "start_seconds": measured.get("start_seconds") if measured.get("ok") else measured.get("seconds"),
                 "figures": measured.get("figures"), "reference": (measured.get("reference") or {}).get("figures"),
                 "served": ((measured.get("signals") or {}).get("server") or None) if measured.get("ok") else None,
+                "log": ((measured.get("signals") or {}).get("log") or None) if measured.get("ok") else None,
                 "ratio": ratio_of(measured) if measured.get("ok") else None, "missed": entry.get("missed") or []}
 
 
@@ -615,9 +627,12 @@ def markdown(result: dict, run: str, host: str) -> str:
              + (f"; {result['note']}" if result.get("note") else ""),
              f"- Trials: {_slots_text(result)}", "",
              "## Measured (ratios to the base in interleaved pairs, 95 % interval)", "",
-             "KV tokens and running requests: the plan's, then what the started server resolved (/server_info).", "",
-             "| rung | changes | tokens/s | ratio | TTFT p95 ms | KV tokens | running | start s | result |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "KV tokens and running requests: the plan's, then what the started server resolved (/server_info). "
+             "SGLang's log: what the server logged under the load (the most of its KV pool in use, requests queued, "
+             "retractions; memory left after its pool), and SGLang's tuning guide's reading of it.", "",
+             f"The base under the same load, SGLang's log: {_log_text(result.get('reference_signals'))}", "",
+             "| rung | changes | tokens/s | ratio | TTFT p95 ms | KV tokens | running | start s | SGLang's log | result |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for c in result["candidates"]:
         if c["rung"] == 0:
             continue
@@ -629,12 +644,29 @@ def markdown(result: dict, run: str, host: str) -> str:
         running = f"{plan.get('max_running_requests', '-')} / {served.get('max_running_requests', '-')}"
         lines.append(f"| {c['rung']} | {_changes_text(c['changes'])} | {_fmt((c.get('figures') or {}).get(FIGURE))} | {span} | "
                      f"{_fmt((c.get('figures') or {}).get('ttft_p95'), 1000, 0)} | {tokens} | {running} | "
-                     f"{_fmt(c.get('start_seconds'))} | {what} |")
+                     f"{_fmt(c.get('start_seconds'))} | {_log_text(c.get('log'))} | {what} |")
     lines += ["", f"## Dropped by the planner ({len(result['dropped'])})", "", "| changes | binds | why |", "|---|---|---|"]
     for d in result["dropped"]:
         searched = {k: d["params"].get(k) for k in KNOBS if k in result["space"]}
         lines.append(f"| {_changes_text(searched)} | {d.get('binding')} | {str(d.get('why')).replace('|', '/')} |")
     return "\n".join(lines) + "\n"
+
+
+def _log_text(found: dict | None) -> str:
+    """A server's log signals in a table cell: ``usage 0.97, queue 17, 2 retractions, 12.4 GB left: <reading>``."""
+    if not found:
+        return "-"
+    parts = []
+    if found.get("token_usage_max") is not None:
+        parts.append(f"usage {found['token_usage_max']:.2f}, queue {found.get('queue_max')}")
+    if found.get("retractions"):
+        parts.append(f"{found['retractions']} retractions")
+    if found.get("available_mem_gb") is not None:
+        parts.append(f"{found['available_mem_gb']:g} GB {found.get('device')} left")
+    text = ", ".join(parts) or "no decode line"
+    if found.get("reading"):
+        text += ": " + "; ".join(found["reading"])
+    return text.replace("|", "/")
 
 
 def _slots_text(result: dict) -> str:

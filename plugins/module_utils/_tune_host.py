@@ -30,6 +30,8 @@ import os
 import shutil
 import time
 
+from ansible_collections.inferops.sglang.plugins.module_utils import _process_watch
+from ansible_collections.inferops.sglang.plugins.module_utils import _sglang_log
 from ansible_collections.inferops.sglang.plugins.module_utils import _state_files
 from ansible_collections.inferops.sglang.plugins.module_utils import _switch
 from ansible_collections.inferops.sglang.plugins.module_utils import _variants
@@ -82,6 +84,7 @@ class SystemTrials:
         self.restore_after = restore_after
         self.live_stopped = False
         self.restored: dict | None = None
+        self.started_signals: dict[str, dict] = {}
         self._progress = progress or (lambda event: None)
         try:
             self.version = _variants.parse_version(str(trials[0]["render"]["sglang_version"]))
@@ -132,6 +135,8 @@ class SystemTrials:
                                  float(self.gate.get("settle", 5)), unit=unit)
         seconds = round(self.clock() - started, 2)
         if verdict.get("ready"):
+            # its start-up summary (available_gpu_mem) now, while its log is short
+            self.started_signals[role] = self._log_signals(role)
             return {"ready": True, "seconds": seconds, "signals": {"server": verdict.get("server")}}
         self.stop(role)
         return {"ready": False, "seconds": seconds, "verdict": verdict.get("failure"),
@@ -175,6 +180,28 @@ class SystemTrials:
         self.restored = {"unit": unit, "ready": True, "seconds": seconds, "msg": verdict.get("msg")}
         self.progress({"event": "live_restored", "unit": unit, "seconds": seconds})
         return self.restored
+
+    def _log_signals(self, role: str) -> dict:
+        """SGLang's tuning signals in the trial's log since its start (_sglang_log.signals); {} unreadable."""
+        watcher = _process_watch.UnitWatcher(self.trials[role]["unit"], self.host.run_command)
+        try:
+            watcher.begin()
+        except _process_watch.GateFailure:
+            return {}
+        return _sglang_log.signals(watcher.all_lines())
+
+    def signals(self, role: str) -> dict:
+        """The trial's signals after its measurement: the load's (decode lines, retractions) from its log now,
+        its start-up summary from the log read when it became ready (a long log's first lines may be past
+        the journal read's window)."""
+        found = self._log_signals(role)
+        started = self.started_signals.get(role) or {}
+        for key in ("available_mem_gb", "device", "max_total_num_tokens", "max_running_requests", "context_len"):
+            if found.get(key) is None and started.get(key) is not None:
+                found[key] = started[key]
+        if found:
+            found["reading"] = _sglang_log.reading(found)
+        return found
 
     def measure(self, role: str, load: dict) -> dict:
         """One trial alone (one slot): _bench.benchmark's rounds on its own listener."""

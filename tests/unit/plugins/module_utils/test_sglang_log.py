@@ -224,3 +224,38 @@ def test_stage_of(text, stage):
 
 def test_every_stage_is_described():
     assert set(sglog.STAGE_DESCRIPTIONS) == set(sglog.STAGES)
+
+
+# -- SGLang's tuning signals -------------------------------------------------------------------------------------
+
+# 0.5.11's format strings filled (managers/scheduler.py:763-770; observability/scheduler_metrics_mixin.py:521,
+# 546, 562-566 with managers/scheduler_runtime_checker_mixin.py:113-116; managers/scheduler.py:2858-2870)
+SUMMARY_GPU = (STAMP + "max_total_num_tokens=412160, chunked_prefill_size=8192, max_prefill_tokens=16384, "
+               "max_running_requests=48, context_len=32768, available_gpu_mem=12.41 GB")
+DECODE_SPEC = (STAMP + "Decode batch, #running-req: 48, #token: 398112, token usage: 0.97, accept len: 2.81, "
+               "accept rate: 0.60, cuda graph: True, gen throughput (token/s): 1523.40, #queue-req: 17")
+DECODE_IDLE = STAMP + "Decode batch, #running-req: 3, #token: 812, token usage: 0.00, cuda graph: True, gen throughput (token/s): 88.10, #queue-req: 0"
+RETRACT = (STAMP + "KV cache pool is full. Retract requests. #retracted_reqs: 2, #new_tokens_gained: 5120, "
+           "#new_token_ratio: 0.4100 -> 0.5300")
+
+
+def test_signals_read_the_summary_the_decode_lines_and_the_retractions_as_sglangs_guide_reads_them():
+    found = sglog.signals([SUMMARY_GPU, DECODE_IDLE, DECODE_SPEC, RETRACT, RETRACT, "[2026-12-01 10:00:01] Decode batch nonsense"])
+    assert (found["available_mem_gb"], found["device"], found["max_total_num_tokens"], found["max_running_requests"],
+            found["context_len"]) == (12.41, "gpu", 412160, 48, 32768)
+    assert (found["decode_lines"], found["token_usage_max"], found["running_max"], found["queue_max"]) == (2, 0.97, 48, 17)
+    assert (found["retractions"], found["retracted_reqs"]) == (2, 4)
+    said = " | ".join(found["reading"])
+    assert "4 running request(s) were retracted (2 time(s))" in said
+    assert "the KV pool was full (token usage 0.97) with 17 request(s) queued" in said
+    assert "12.41 GB left for activations, above the 5-8 GB SGLang advises: mem_fraction_static could be larger" in said
+
+
+def test_signals_of_a_real_cpu_start_and_a_quiet_log_say_nothing_alarming():
+    """The real 0.5.11 CPU server's summary (captured): available_cpu_mem, which the GPU advice does not apply to."""
+    found = sglog.signals(HEALTHY["0.5.11"])
+    assert found["device"] == "cpu" and found["max_total_num_tokens"] == 4096 and found["available_mem_gb"] > 0
+    assert found["reading"] == [] and found["decode_lines"] == 0
+    low = sglog.signals([SUMMARY_GPU.replace("12.41", "3.20"), DECODE_IDLE.replace("#queue-req: 0", "#queue-req: 5")])
+    assert [r.split(":")[0] for r in low["reading"]] == ["requests queued (5) with the pool at 0.00",
+                                                        "3.20 GB left for activations, under the 5-8 GB SGLang advises"]

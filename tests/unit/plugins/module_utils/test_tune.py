@@ -84,6 +84,12 @@ class FakeTrials:
     def progress(self, event):
         self.events.append(event)
 
+    def signals(self, role):
+        """What the fake's log says of a server under the load: a pool full with a queue below 8 running requests."""
+        running = min(8, self.running[role].get("max_running_requests") or 48)
+        return {"token_usage_max": 0.95 if running < 8 else 0.4, "queue_max": 8 - running, "retractions": 0,
+                "reading": ["the KV pool was full"] if running < 8 else []}
+
 
 class OneSlot(FakeTrials):
     """One trial slot: one server at a time, each measured alone, in rounds whose speed drifts by
@@ -353,3 +359,19 @@ def test_one_slot_a_base_that_does_not_serve_again_is_said_and_keeps_the_first_c
     result = tune(trials, budget={"trials": 6})
     assert "did not start again after the candidates (cuda_oom)" in result["note"]
     assert result["reference_drift"] is None and result["best"]["ratio"]["ratio"] is not None
+
+
+def test_the_report_and_the_verdict_carry_sglangs_own_signals():
+    """The base (4 running requests for a load of 8) logs a full pool with requests queued; the winner runs all 8
+    at once, and its row says what its log said."""
+    result = tune(FakeTrials(), budget={"trials": 6})
+    assert result["reference_signals"]["reading"] == ["the KV pool was full"]
+    report = _tune.markdown(result, "r1", "ct129")
+    assert "The base under the same load, SGLang's log: usage 0.95, queue 4: the KV pool was full" in report
+    winner_row = next(line for line in report.splitlines() if line.startswith("| 3 |"))
+    assert "| usage 0.40, queue 0 |" in winner_row
+    # a winner whose own log reads as trouble says so in the verdict
+    trials = FakeTrials()
+    trials.signals = lambda role: {"retractions": 2, "reading": ["the KV pool filled and 3 running request(s) were retracted"]}
+    result = tune(trials, budget={"trials": 6})
+    assert result["verdict"] == "better" and "SGLang's log of it under the load: the KV pool filled" in result["msg"]

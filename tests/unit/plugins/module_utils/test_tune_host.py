@@ -340,3 +340,45 @@ def test_whatever_ends_a_tune_in_place_the_live_service_comes_back_first(capsys,
         run_module(sglang_tune.main, capsys, module_args(tmp_path, "in_place"))
     assert host.live_active and ["systemctl", "stop", "--", "sglang-qwen-tune-restore.timer"] == host.calls[-1]
     assert list(host.unit_dir.iterdir()) == []
+
+
+class JournalHost(FakeHost):
+    """systemctl show and journalctl answering as systemd does for a trial that started and served a load."""
+
+    def __init__(self, lines_at_start: list[str], lines_later: list[str]) -> None:
+        super().__init__()
+        self.journal = list(lines_at_start)
+        self.later = lines_later
+
+    def run_command(self, argv):
+        if argv[:2] == ["systemctl", "show"]:
+            return 0, "LoadState=loaded\nActiveState=active\nSubState=running\nMainPID=4242\n" \
+                      "InactiveExitTimestampMonotonic=1000000\nSyslogIdentifier=sglang-qwen-tune-candidate\n", ""
+        if argv[0] == "journalctl":
+            if "-u" not in argv:
+                return 0, "", ""
+            entries = [json.dumps({"MESSAGE": line, "__CURSOR": str(i), "__REALTIME_TIMESTAMP": str(2 ** 62),
+                                   "_SYSTEMD_UNIT": argv[argv.index("-u") + 1]})
+                       for i, line in enumerate(self.journal)]
+            return 0, "\n".join(reversed(entries) if "--reverse" in argv else entries), ""
+        return super().run_command(argv)
+
+
+def test_a_trials_signals_come_from_its_own_log_the_summary_read_when_it_became_ready(tmp_path):
+    """The start-up summary (available_gpu_mem) is read once the trial is ready; later, under the load, the
+    journal's newest entries no longer reach back to it, and the decode lines and retractions come from there."""
+    summary = ("[2026-12-05 10:00:00 TP0] max_total_num_tokens=412160, chunked_prefill_size=8192, max_prefill_tokens=16384, "
+               "max_running_requests=8, context_len=32768, available_gpu_mem=3.10 GB")
+    decode = ("[2026-12-05 10:01:00 TP0] Decode batch, #running-req: 8, #token: 400000, token usage: 0.97, cuda graph: True, "
+              "gen throughput (token/s): 900.00, #queue-req: 6")
+    host = JournalHost([summary], [decode])
+    host.unit_dir = tmp_path
+    made = _tune_host.SystemTrials(host, [trial("reference", 30020), trial("candidate", 30021)], {"timeout": 60},
+                                   unit_dir=str(tmp_path))
+    made.install()
+    assert made.start("candidate", dict(BASE, max_running_requests=8))["ready"]
+    host.journal = host.later  # the load's lines; the summary is out of the read's window
+    found = made.signals("candidate")
+    assert (found["available_mem_gb"], found["token_usage_max"], found["queue_max"]) == (3.1, 0.97, 6)
+    assert any("under the 5-8 GB SGLang advises" in r for r in found["reading"])
+    assert any("the KV pool was full (token usage 0.97) with 6 request(s) queued" in r for r in found["reading"])
