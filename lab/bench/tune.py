@@ -41,7 +41,7 @@ sys.path.insert(0, str(REPO / "lab" / "simulator"))
 sys.path.insert(0, str(REPO / "lab" / "bench"))
 sys.path.insert(0, str(REPO / "collections"))
 
-from ansible_collections.inferops.sglang.plugins.module_utils import _bench, _http, _memplan, _process_watch, _readiness, _tune, _variants  # noqa: E402  pylint: disable=wrong-import-position
+from ansible_collections.inferops.sglang.plugins.module_utils import _bench, _http, _memplan, _process_watch, _readiness, _sglang_log, _tune, _variants  # noqa: E402  pylint: disable=wrong-import-position
 from sim_helpers import MODELS, free_port  # noqa: E402  pylint: disable=wrong-import-position
 
 # The speed model's coefficients on this stand-in (hardware.py names their sources): a step of
@@ -99,6 +99,11 @@ class SimTrials:
     def compare(self, load: dict) -> dict:
         client = {role: _http.Client(f"http://127.0.0.1:{port}", None, True, 60) for role, port in self.ports.items()}
         return _bench.interleaved(client["reference"], client["candidate"], load)
+
+    def signals(self, role: str) -> dict:
+        """SGLang's tuning signals in the trial's own log file since its start."""
+        logs = sorted(self.logs.glob(f"*-{role}.log"))
+        return _sglang_log.signals(logs[-1].read_text(errors="replace").splitlines()) if logs else {}
 
     def time(self) -> float:
         return time.monotonic()

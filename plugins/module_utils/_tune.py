@@ -53,6 +53,14 @@ BUDGET_DEFAULTS = {"trials": 12, "minutes": 60}
 # the share of a rung kept for the next.
 RUNG_PAIRS = (2, 3, 5)
 KEEP = 3
+# The last rung's measurement goes on, EXTRA_PAIRS at a time, until the throughput ratio's interval is
+# narrow enough to tell a difference of about a tenth (its high / low at most PRECISION) or it holds
+# MAX_PAIRS pairs. The rule looks at the interval's width, never at which side of 1 it lies, so adding
+# pairs does not make a difference that is not there more likely to be called (as stopping once the
+# verdict reads "better" would).
+PRECISION = 1.25
+EXTRA_PAIRS = 3
+MAX_PAIRS = 14
 # With one trial slot (the reference and a candidate cannot serve at once), the reference's rounds,
 # measured before the candidates and again after them.
 REFERENCE_ROUNDS = 5
@@ -365,6 +373,7 @@ class Tune:
         self.together = bool(getattr(trials, "together", True))
         self.launches_reference = 0
         self.reference_signals: dict = {}
+        self.started = 0.0
         # one slot: the base's rounds, before the candidates ("before") and after them ("after")
         self.reference_rounds: dict[str, list[dict]] = {}
 
@@ -395,6 +404,8 @@ class Tune:
                 result = self.trials.compare(dict(self.load, rounds=pairs))
                 if not result.get("ok") and result.get("side") == "reference":
                     raise ReferenceLost(str(result.get("msg")))
+                if result.get("ok") and pairs == RUNG_PAIRS[-1] and result.get("rounds"):
+                    result = self._until_precise(result)
                 result = {k: result.get(k) for k in ("ok", "figures", "reference", "comparison", "seconds", "msg")}
             else:
                 result = self._alone(pairs)
@@ -405,6 +416,32 @@ class Tune:
             return result
         finally:
             self.trials.stop("candidate")
+
+    def _until_precise(self, result: dict) -> dict:
+        """The last rung's comparison, EXTRA_PAIRS more pairs at a time (no warmup: both are warm), until
+        its throughput interval's high / low is at most PRECISION, it holds MAX_PAIRS pairs, or the
+        budget's minutes run out; the pairs pooled, the comparison taken over all of them."""
+        rounds = {side: list(result["rounds"][side]) for side in ("reference", "candidate")}
+        while len(rounds["candidate"]) < MAX_PAIRS and not self._over_time(self.started):
+            interval = ratio_of(result)
+            if interval.get("low") and interval.get("high") and interval["high"] / interval["low"] <= PRECISION:
+                break
+            more = self.trials.compare(dict(self.load, rounds=min(EXTRA_PAIRS, MAX_PAIRS - len(rounds["candidate"])),
+                                            warmup=False))
+            if not more.get("ok"):
+                if more.get("side") == "reference":
+                    raise ReferenceLost(str(more.get("msg")))
+                break  # the candidate failed the extra rounds: what it measured before stands
+            for side in rounds:
+                rounds[side] += more["rounds"][side]
+            result = dict(result, rounds=rounds, figures=_bench.medians(rounds["candidate"]),
+                          reference={"figures": _bench.medians(rounds["reference"])},
+                          comparison=_bench.compare_rounds(rounds, paired=True),
+                          seconds=round(float(result.get("seconds") or 0) + float(more.get("seconds") or 0), 2))
+            self.trials.progress({"event": "more pairs", "pairs": len(rounds["candidate"]),
+                                  "ratio": ratio_of(result).get("ratio"), "low": ratio_of(result).get("low"),
+                                  "high": ratio_of(result).get("high")})
+        return result
 
     def _alone(self, rounds: int) -> dict:
         """The candidate measured alone in the one slot, compared with the base's rounds so far."""
@@ -461,7 +498,7 @@ class Tune:
         return dict(interval, figure=FIGURE, verdict=_stats.verdict(interval, True))
 
     def run(self) -> dict:
-        started = self.trials.time()
+        started = self.started = self.trials.time()
         points = grid(self.base, self.space)
         kept, dropped = screen(points, self.planner, self.goal)
         base_key = key_of(self.base)
@@ -624,6 +661,8 @@ def markdown(result: dict, run: str, host: str) -> str:
              f"fit: {result['fit']}; launched {result['launches']} (reused {result['reused']} from earlier runs); "
              f"died at start: {len(result['deaths'])}; {result['seconds']:.0f} s",
              f"- Rungs of the halving: {result['rungs']} candidates, {list(RUNG_PAIRS)[:len(result['rungs'])]} pairs of rounds each"
+             f" (the last rung's, side by side, {EXTRA_PAIRS} more at a time until the interval's high / low is at most "
+             f"{PRECISION:g}, up to {MAX_PAIRS})"
              + (f"; {result['note']}" if result.get("note") else ""),
              f"- Trials: {_slots_text(result)}", "",
              "## Measured (ratios to the base in interleaved pairs, 95 % interval)", "",
@@ -637,7 +676,8 @@ def markdown(result: dict, run: str, host: str) -> str:
         if c["rung"] == 0:
             continue
         ratio = c.get("ratio") or {}
-        span = f"{ratio.get('ratio')}x [{ratio.get('low')}, {ratio.get('high')}]" if ratio.get("ratio") is not None else "-"
+        span = (f"{ratio.get('ratio')}x [{ratio.get('low')}, {ratio.get('high')}] over {ratio.get('pairs')}"
+                if ratio.get("ratio") is not None else "-")
         what = (f"died: {c.get('cause')}" if c.get("died") else "; ".join(c["missed"]) or (ratio.get("verdict") or "measured"))
         plan, served = c.get("plan") or {}, c.get("served") or {}
         tokens = f"{plan.get('max_total_tokens', '-')} / {served.get('max_total_tokens', '-')}"

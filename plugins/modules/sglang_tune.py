@@ -337,6 +337,8 @@ def _event_text(event: dict) -> str:
         return f"{event['unit']} stopped for the tune (a timer starts it again in {event['restore_after']} s at the latest)"
     if kind == "live_restored":
         return f"{event['unit']} serving again, ready in {event['seconds']} s"
+    if kind == "more pairs":
+        return f"last rung: {event['pairs']} pairs, ratio {event.get('ratio')} [{event.get('low')}, {event.get('high')}]"
     if kind == "measured":
         return f"rung {event['rung']}: {event['key']} ratio {event.get('ratio')} {'; '.join(event.get('missed') or [])}"
     return json.dumps(event, sort_keys=True, default=str)

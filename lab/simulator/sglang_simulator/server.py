@@ -910,8 +910,9 @@ class Simulator:
 
     def _log_decode(self, accept: float, step_seconds: float) -> None:
         """Real SGLang's "Decode batch" line once per decode_log_interval (40) decode steps of this
-        server's busy time (checked at each streamed step and at each generation's end): its running requests, the KV pool's tokens in use and their share, the graph,
-        the throughput, the queue (0.5.11 observability/scheduler_metrics_mixin.py:512-566, the pool's part
+        server's busy time (checked at each streamed step and at each generation's end): its running
+        requests, the KV pool's tokens in use and their share, the graph, the throughput, the queue
+        (0.5.11 observability/scheduler_metrics_mixin.py:512-566, the pool's part
         managers/scheduler_runtime_checker_mixin.py:113-116; accept len and rate under speculative decoding)."""
         now = time.monotonic()
         with self.lock:

@@ -13,7 +13,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from ansible_collections.inferops.sglang.plugins.module_utils import _stats, _tune, _variants
+from ansible_collections.inferops.sglang.plugins.module_utils import _bench, _stats, _tune, _variants
 
 BASE = {"speculative_algorithm": "NEXTN", "speculative_num_steps": 3, "speculative_eagle_topk": 1,
         "speculative_num_draft_tokens": 4, "context_length": 32768, "max_running_requests": 4,
@@ -375,3 +375,37 @@ def test_the_report_and_the_verdict_carry_sglangs_own_signals():
     trials.signals = lambda role: {"retractions": 2, "reading": ["the KV pool filled and 3 running request(s) were retracted"]}
     result = tune(trials, budget={"trials": 6})
     assert result["verdict"] == "better" and "SGLang's log of it under the load: the KV pool filled" in result["msg"]
+
+
+class RoundsTrials(FakeTrials):
+    """Compare as _bench.interleaved answers: each side's rounds kept (every figure _bench reads)."""
+
+    def compare(self, load):
+        ref, cand = self.truth(self.running["reference"]), self.truth(self.running["candidate"])
+        pairs = max(2, load["rounds"])
+        self.compared.append(pairs)
+
+        def rounds(rate, params):
+            return [dict({f: None for f in _bench.FIGURES}, output_tokens_per_s=rate * (1 + self.rng.gauss(0, self.noise)),
+                         ttft_p95=ttft(params)) for _pair in range(pairs)]
+        both = {"reference": rounds(ref, self.running["reference"]), "candidate": rounds(cand, self.running["candidate"])}
+        return {"ok": True, "rounds": both, "figures": _bench.medians(both["candidate"]),
+                "reference": {"figures": _bench.medians(both["reference"])},
+                "comparison": _bench.compare_rounds(both, paired=True), "seconds": 1.0}
+
+
+def test_the_last_rung_adds_pairs_until_its_interval_is_narrow_and_no_further():
+    quiet = RoundsTrials(noise=0.01)
+    quiet.compared = []
+    result = tune(quiet, budget={"trials": 6})
+    # five pairs were enough: nothing added
+    assert result["winner"]["ratio"]["pairs"] == 5 and max(quiet.compared) == 5
+    noisy = RoundsTrials(noise=0.2, seed=3)
+    noisy.compared = []
+    result = tune(noisy, budget={"trials": 6})
+    last = result["best"]["ratio"]
+    # the first measurement of the last rung was wide; pairs came three at a time, up to the cap at most
+    assert last["pairs"] > 5 and last["pairs"] <= _tune.MAX_PAIRS and noisy.compared.count(3) >= 1
+    assert last["pairs"] == _tune.MAX_PAIRS or last["high"] / last["low"] <= _tune.PRECISION
+    assert any(e["event"] == "more pairs" for e in noisy.events)
+    assert f"over {last['pairs']} |" in _tune.markdown(result, "r1", "ct129")
