@@ -259,3 +259,16 @@ def test_signals_of_a_real_cpu_start_and_a_quiet_log_say_nothing_alarming():
     low = sglog.signals([SUMMARY_GPU.replace("12.41", "3.20"), DECODE_IDLE.replace("#queue-req: 0", "#queue-req: 5")])
     assert [r.split(":")[0] for r in low["reading"]] == ["requests queued (5) with the pool at 0.00",
                                                         "3.20 GB left for activations, under the 5-8 GB SGLang advises"]
+
+
+def test_signals_of_a_real_server_whose_pool_filled_under_load():
+    """Real sglang 0.5.11 on CPU with a 320-token pool and 12 requests of 96 tokens at once (captured): the pool
+    filled, requests queued, and the scheduler retracted running requests twice."""
+    lines = (pathlib.Path(__file__).parent / "data" / "sglang_0.5.11_cpu_full_pool.log").read_text().splitlines()
+    found = sglog.signals(lines)
+    assert (found["device"], found["available_mem_gb"], found["max_total_num_tokens"]) == ("cpu", 20.95, 320)
+    assert (found["decode_lines"], found["token_usage_max"], found["running_max"], found["queue_max"]) == (97, 0.98, 3, 10)
+    assert (found["retractions"], found["retracted_reqs"]) == (2, 2)
+    assert [r.split(":")[0] for r in found["reading"]] == [
+        "the KV pool filled and 2 running request(s) were retracted (2 time(s))",
+        "the KV pool was full (token usage 0.98) with 10 request(s) queued"]
