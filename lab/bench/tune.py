@@ -68,8 +68,9 @@ class SimTrials:
     """_tune.Trials on local simulator processes: a trial slot per role, each gated as the deploy
     gates (the readiness gate on the process, its verdict when it dies)."""
 
-    def __init__(self, spawn, logs: Path, argv=None, ports=None) -> None:
+    def __init__(self, spawn, logs: Path, argv=None, ports=None, together: bool = True) -> None:
         self.spawn, self.logs = spawn, logs
+        self.together = together  # False: one trial slot, each server measured alone (_tune's one-slot mode)
         self.argv = argv or (lambda params, port: _variants.argv(params, dict(SERVER, port=port), (0, 5, 11)))
         self.procs: dict[str, tuple] = {}
         self.ports = ports or {role: free_port() for role in ("reference", "candidate")}
@@ -99,6 +100,12 @@ class SimTrials:
     def compare(self, load: dict) -> dict:
         client = {role: _http.Client(f"http://127.0.0.1:{port}", None, True, 60) for role, port in self.ports.items()}
         return _bench.interleaved(client["reference"], client["candidate"], load)
+
+    def measure(self, role: str, load: dict) -> dict:
+        """One server alone (one trial slot), as SystemHost.bench measures it."""
+        client = _http.Client(f"http://127.0.0.1:{self.ports[role]}", None, True, 60)
+        return _bench.benchmark(client, load["requests"], load["concurrency"], load["max_tokens"], load["rounds"],
+                                load.get("warmup", True), load["timeout"])
 
     def signals(self, role: str) -> dict:
         """SGLang's tuning signals in the trial's own log file since its start."""
@@ -156,6 +163,8 @@ def main() -> int:
     parser.add_argument("--generation-scale", type=float, default=0.25, help="the generations' time scale")
     parser.add_argument("--trials", type=int, default=12, help="the tune's launches")
     parser.add_argument("--no-grid", action="store_true", help="the tune alone, without the exhaustive grid")
+    parser.add_argument("--slots", type=int, choices=(1, 2), default=2,
+                        help="trial slots: 2, the base and a candidate at once; 1, taking turns (a host with one free GPU group)")
     opts = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-tune-") as tmp:
         root = Path(tmp)
@@ -175,7 +184,7 @@ def main() -> int:
                                interval=0.2, generations=1, settle=0.5, check_listener=False)
         assert gate.run()["ready"], "the live server did not start"
         load = LiveLoad(live_port)
-        trials = SimTrials(spawn, root / "logs", argv, ports)
+        trials = SimTrials(spawn, root / "logs", argv, ports, together=opts.slots == 2)
         try:
             began = time.monotonic()
             store: dict = {}
@@ -193,7 +202,7 @@ def main() -> int:
             live_alive = live_proc.poll() is None
             live_stop()
         figures = {
-            "server": opts.server,
+            "server": opts.server, "slots": opts.slots,
             "grid": result["grid"], "dropped_by_planner": len(result["dropped"]), "fit": result["fit"],
             "tune": {"launches": result["launches"], "server_starts": tune_launches, "deaths": len(result["deaths"]),
                      "death_verdict_s": [d.get("seconds") for d in result["deaths"]], "seconds": round(tune_seconds, 1),
@@ -209,13 +218,14 @@ def main() -> int:
             figures["winner_vs_grid_best"] = round(mine["ratio"] / best["ratio"], 3) if mine and mine["ratio"] else None
             figures["grid_best"] = best["changes"]
             figures["launch_share"] = round(result["launches"] / max(1, grid["launched_fit"]), 3)
-        out = OUT.with_name(f"tune-{opts.server}.json")
+        out = OUT.with_name(f"tune-{opts.server}{'-1slot' if opts.slots == 1 else ''}.json")
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(figures, indent=2, default=str))
-        (out.parent / f"tune-{opts.server}-report.md").write_text(_tune.markdown(result, "bench", f"{opts.server} stand-in"))
-        (out.parent / f"tune-{opts.server}-plot.svg").write_text(_tune.svg(result))
+        report = out.with_name(out.stem + "-report.md")
+        report.write_text(_tune.markdown(result, "bench", f"{opts.server} stand-in"))
+        out.with_name(out.stem + "-plot.svg").write_text(_tune.svg(result))
         print(json.dumps({k: v for k, v in figures.items() if k != "grid_measured"}, indent=2, default=str))
-        print(f"figures: {out}; report: {out.parent / f'tune-{opts.server}-report.md'}")
+        print(f"figures: {out}; report: {report}")
     return 0
 
 
