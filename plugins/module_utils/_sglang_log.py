@@ -655,3 +655,16 @@ def reading(found: dict) -> list[str]:
             said.append(f"{mem:.2f} GB left for activations, above the {low:g}-{high:g} GB SGLang advises: "
                         "mem_fraction_static could be larger")
     return said
+
+
+def trouble(found: dict) -> list[str]:
+    """The part of ``reading`` that speaks against a configuration rather than describing its load:
+    retractions (its pool was too small for what it admitted) and, on a GPU, less memory left for
+    activations than SGLang advises."""
+    said = []
+    if found.get("retractions"):
+        said.append(f"the KV pool filled and {found['retracted_reqs']} running request(s) were retracted")
+    mem = found.get("available_mem_gb")
+    if mem is not None and found.get("device") == "gpu" and mem < AVAILABLE_GB[0]:
+        said.append(f"{mem:.2f} GB left for activations, under the {AVAILABLE_GB[0]:g}-{AVAILABLE_GB[1]:g} GB SGLang advises")
+    return said

@@ -41,6 +41,7 @@ import math
 from typing import Callable, Protocol
 
 from ansible_collections.inferops.sglang.plugins.module_utils import _bench
+from ansible_collections.inferops.sglang.plugins.module_utils import _sglang_log
 from ansible_collections.inferops.sglang.plugins.module_utils import _stats
 
 # The settings a tune moves, as the variant table names them (_variants.PARAMS).
@@ -353,6 +354,33 @@ def score(entry: dict, goal: dict) -> tuple:
     return (0 if entry["missed"] else 1, float(ratio_of(measured).get("ratio") or 0.0))
 
 
+def trouble(entry: dict) -> list[str]:
+    """What SGLang's log of a measured candidate says against it (_sglang_log.trouble: retractions, too
+    little memory left for activations)."""
+    return _sglang_log.trouble(((entry.get("measured") or {}).get("signals") or {}).get("log") or {})
+
+
+def ranked(entries, goal: dict) -> list[dict]:
+    """Measured candidates, best first: meeting the service level, then those tied with the best (both
+    intervals narrow, high / low at most PRECISION, and overlapping) with SGLang's log saying nothing
+    against them, then the rest of the tied, then by their ratio. Among candidates the measurements
+    cannot tell apart, the one SGLang's guide has no objection to (no retraction, enough memory left)
+    goes on; a wide interval ties nothing (two pairs on a noisy host say little either way)."""
+    order = sorted(entries, key=lambda e: score(e, goal), reverse=True)
+    if not order:
+        return order
+    best = ratio_of(order[0]["measured"])
+
+    def narrow(interval: dict) -> bool:
+        return bool(interval.get("low")) and interval.get("high") is not None and interval["high"] / interval["low"] <= PRECISION
+
+    def tied(entry: dict) -> bool:
+        mine = ratio_of(entry["measured"])
+        return entry["missed"] == order[0]["missed"] and narrow(mine) and narrow(best) and mine["high"] >= best["low"]
+    return sorted(order, key=lambda e: (score(e, goal)[0], tied(e) and not trouble(e), tied(e), score(e, goal)[1]),
+                  reverse=True)
+
+
 class Tune:
     """One tune: screen the grid, measure by successive halving, say the winner and its verdict."""
 
@@ -539,8 +567,7 @@ class Tune:
                                           "ratio": ratio_of(measured).get("ratio"), "missed": entry["missed"]})
                 if stopped_early:
                     break
-                alive = sorted((e for e in pool if e["rung"] == rung and (e["measured"] or {}).get("ok")),
-                               key=lambda e: score(e, self.goal), reverse=True)
+                alive = ranked((e for e in pool if e["rung"] == rung and (e["measured"] or {}).get("ok")), self.goal)
                 if rung + 1 < len(sizes):
                     pool = alive[:sizes[rung + 1]]
                 else:
@@ -559,9 +586,10 @@ class Tune:
     def _result(self, started: float, points: list, dropped: list, sizes: list, reference: dict | None,
                 note: str | None, base_fits: bool = True) -> dict:
         measured = [e for e in self.entries.values() if e["measured"]]
-        ranked = sorted((e for e in measured if (e["measured"] or {}).get("ok")),
-                        key=lambda e: (e["rung"], score(e, self.goal)), reverse=True)
-        winner = ranked[0] if ranked else None
+        ok = [e for e in measured if (e["measured"] or {}).get("ok")]
+        last = max((e["rung"] for e in ok), default=-1)
+        finalists = ranked((e for e in ok if e["rung"] == last), self.goal)
+        winner = finalists[0] if finalists else None
         verdict, why = "none", note or "no candidate was measured"
         if winner is not None:
             interval = ratio_of(winner["measured"])
@@ -580,7 +608,7 @@ class Tune:
                 why = (f"nothing beats {self.base_name} beyond noise: the best measured, {self._describe(winner)}, "
                        f"{FIGURE} {self._interval(interval)}")
         if verdict == "better" and winner is not None:
-            said = ((winner["measured"].get("signals") or {}).get("log") or {}).get("reading") or []
+            said = trouble(winner)
             if said:
                 why += f"; SGLang's log of it under the load: {'; '.join(said)}"
         return {

@@ -372,7 +372,8 @@ def test_the_report_and_the_verdict_carry_sglangs_own_signals():
     assert "| usage 0.40, queue 0 |" in winner_row
     # a winner whose own log reads as trouble says so in the verdict
     trials = FakeTrials()
-    trials.signals = lambda role: {"retractions": 2, "reading": ["the KV pool filled and 3 running request(s) were retracted"]}
+    trials.signals = lambda role: {"retractions": 2, "retracted_reqs": 3,
+                                   "reading": ["the KV pool filled and 3 running request(s) were retracted"]}
     result = tune(trials, budget={"trials": 6})
     assert result["verdict"] == "better" and "SGLang's log of it under the load: the KV pool filled" in result["msg"]
 
@@ -409,3 +410,31 @@ def test_the_last_rung_adds_pairs_until_its_interval_is_narrow_and_no_further():
     assert last["pairs"] == _tune.MAX_PAIRS or last["high"] / last["low"] <= _tune.PRECISION
     assert any(e["event"] == "more pairs" for e in noisy.events)
     assert f"over {last['pairs']} |" in _tune.markdown(result, "r1", "ct129")
+
+
+def test_among_candidates_the_measurements_cannot_tell_apart_the_one_sglang_has_no_objection_to_goes_on(monkeypatch):
+    """Two ways to run all 8 requests at once: at mem_fraction_static 0.85 1 % faster (both intervals narrow
+    and overlapping: tied) but leaving 3 GB for activations, at 0.82 leaving 6 GB. The 0.82 one goes on and
+    wins; SGLang's guide objects to the other. Without the log's say, the 0.85 one would have won."""
+    def memory_left(fake):
+        return lambda role: {"device": "gpu", "retractions": 0, "retracted_reqs": 0,
+                             "available_mem_gb": 3.0 if fake.running[role]["mem_fraction_static"] == 0.85 else 6.0}
+
+    def run() -> dict:
+        trials = FakeTrials(noise=0.002, truth=lambda p: speed(p) * (1.01 if p["mem_fraction_static"] == 0.85 else 1.0))
+        trials.signals = memory_left(trials)
+        return tune(trials, space={"max_running_requests": [8], "mem_fraction_static": [0.82, 0.85]}, budget={"trials": 6})
+    result = run()
+    measured = {c["params"]["mem_fraction_static"]: c for c in result["candidates"] if c["ok"]}
+    assert set(measured) == {0.82, 0.85}
+    assert result["verdict"] == "better" and result["winner"]["params"]["mem_fraction_static"] == 0.82
+    assert measured[0.85]["rung"] == 1 and measured[0.82]["rung"] == 3
+    assert measured[0.85]["ratio"]["ratio"] > measured[0.82]["ratio"]["ratio"]
+    with monkeypatch.context() as patched:
+        patched.setattr(_tune, "trouble", lambda entry: [])
+        assert run()["winner"]["params"]["mem_fraction_static"] == 0.85
+    # a candidate slower beyond noise is not saved by a clean log
+    faster = FakeTrials(truth=lambda p: speed(p) * (1.5 if p["mem_fraction_static"] == 0.85 else 1.0))
+    faster.signals = memory_left(faster)
+    result = tune(faster, space={"max_running_requests": [8], "mem_fraction_static": [0.82, 0.85]}, budget={"trials": 6})
+    assert result["winner"]["params"]["mem_fraction_static"] == 0.85 and "under the 5-8 GB" in result["msg"]
