@@ -325,24 +325,22 @@ def _cleanup(trials: _tune_host.SystemTrials) -> str:
     return "the live service was not touched, the trial units are removed"
 
 
-def _event_text(event: dict) -> str:
-    kind = event.get("event")
-    if kind == "planned":
-        return f"planned: grid {event['grid']}, dropped {event['dropped']}, fit {event['fit']}"
-    if kind == "start":
-        return f"rung pairs {event['pairs']}: starting {event['key']} {json.dumps(event.get('changes'), sort_keys=True)}"
-    if kind in ("in_place", "reference"):
-        return f"{'in place' if kind == 'in_place' else 'the base alone, ' + str(event.get('when'))}: {event.get('msg')}"
-    if kind == "live_stopped":
-        return f"{event['unit']} stopped for the tune (a timer starts it again in {event['restore_after']} s at the latest)"
-    if kind == "live_restored":
-        return f"{event['unit']} serving again, ready in {event['seconds']} s"
-    if kind == "more pairs":
-        return f"last rung: {event['pairs']} pairs, ratio {event.get('ratio')} [{event.get('low')}, {event.get('high')}]"
-    if kind == "measured":
-        return f"rung {event['rung']}: {event['key']} ratio {event.get('ratio')} {'; '.join(event.get('missed') or [])}"
-    return json.dumps(event, sort_keys=True, default=str)
+# A progress event's line, by its kind (the job's live progress); an unknown kind as JSON.
+EVENT_TEXTS = {
+    "planned": lambda e: f"planned: grid {e['grid']}, dropped {e['dropped']}, fit {e['fit']}",
+    "start": lambda e: f"rung pairs {e['pairs']}: starting {e['key']} {json.dumps(e.get('changes'), sort_keys=True)}",
+    "in_place": lambda e: f"in place: {e.get('msg')}",
+    "reference": lambda e: f"the base alone, {e.get('when')}: {e.get('msg')}",
+    "live_stopped": lambda e: f"{e['unit']} stopped for the tune (a timer starts it again in {e['restore_after']} s at the latest)",
+    "live_restored": lambda e: f"{e['unit']} serving again, ready in {e['seconds']} s",
+    "more pairs": lambda e: f"last rung: {e['pairs']} pairs, ratio {e.get('ratio')} [{e.get('low')}, {e.get('high')}]",
+    "measured": lambda e: f"rung {e['rung']}: {e['key']} ratio {e.get('ratio')} {'; '.join(e.get('missed') or [])}",
+}
 
+
+def _event_text(event: dict) -> str:
+    text = EVENT_TEXTS.get(str(event.get("event")))
+    return text(event) if text else json.dumps(event, sort_keys=True, default=str)
 
 if __name__ == "__main__":
     main()

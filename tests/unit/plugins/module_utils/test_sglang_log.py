@@ -257,8 +257,8 @@ def test_signals_of_a_real_cpu_start_and_a_quiet_log_say_nothing_alarming():
     assert found["device"] == "cpu" and found["max_total_num_tokens"] == 4096 and found["available_mem_gb"] > 0
     assert found["reading"] == [] and found["decode_lines"] == 0
     low = sglog.signals([SUMMARY_GPU.replace("12.41", "3.20"), DECODE_IDLE.replace("#queue-req: 0", "#queue-req: 5")])
-    assert [r.split(":")[0] for r in low["reading"]] == ["requests queued (5) with the pool at 0.00",
-                                                        "3.20 GB left for activations, under the 5-8 GB SGLang advises"]
+    assert [r.split(":")[0] for r in low["reading"]] == [
+        "requests queued (5) with the pool at 0.00", "3.20 GB left for activations, under the 5-8 GB SGLang advises"]
 
 
 def test_signals_of_a_real_server_whose_pool_filled_under_load():

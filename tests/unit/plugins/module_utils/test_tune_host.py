@@ -382,3 +382,13 @@ def test_a_trials_signals_come_from_its_own_log_the_summary_read_when_it_became_
     assert (found["available_mem_gb"], found["token_usage_max"], found["queue_max"]) == (3.1, 0.97, 6)
     assert any("under the 5-8 GB SGLang advises" in r for r in found["reading"])
     assert any("the KV pool was full (token usage 0.97) with 6 request(s) queued" in r for r in found["reading"])
+
+
+def test_each_progress_event_reads_as_a_line_and_an_unknown_one_as_json():
+    assert sglang_tune._event_text({"event": "live_stopped", "unit": "sglang-qwen.service", "restore_after": 1560}) == (
+        "sglang-qwen.service stopped for the tune (a timer starts it again in 1560 s at the latest)")
+    assert sglang_tune._event_text({"event": "more pairs", "pairs": 8, "ratio": 3.2, "low": 1.1, "high": 9.5}) == (
+        "last rung: 8 pairs, ratio 3.2 [1.1, 9.5]")
+    assert sglang_tune._event_text({"event": "reference", "when": "after", "msg": "780 output tokens/s"}) == (
+        "the base alone, after: 780 output tokens/s")
+    assert sglang_tune._event_text({"event": "new", "x": 1}) == '{"event": "new", "x": 1}'
