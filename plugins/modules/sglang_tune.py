@@ -342,5 +342,6 @@ def _event_text(event: dict) -> str:
     text = EVENT_TEXTS.get(str(event.get("event")))
     return text(event) if text else json.dumps(event, sort_keys=True, default=str)
 
+
 if __name__ == "__main__":
     main()
