@@ -592,8 +592,9 @@ def error_tail(lines: list[str], count: int = 4) -> list[str]:
 _SUMMARY = re.compile(r"^max_total_num_tokens=(?P<tokens>\d+), chunked_prefill_size=(?P<chunk>-?\d+|None), "
                       r".*?max_running_requests=(?P<running>\d+), context_len=(?P<context>\d+), "
                       r"available_(?P<device>gpu|cpu)_mem=(?P<mem>[0-9.]+) GB")
-_DECODE = re.compile(r"^Decode batch(?: \[\d+\])?, #running-req: (?P<running>\d+), #token: (?P<tokens>\d+), "
-                     r"token usage: (?P<usage>[0-9.]+), .*#queue-req: (?P<queue>\d+)")
+# (0.5.9's line reads "Decode batch. #running-req: N, ..." and may carry no pool part: both are read.)
+_DECODE = re.compile(r"^Decode batch(?: \[\d+\])?[.,] #running-req: (?P<running>\d+), "
+                     r"(?:#token: (?P<tokens>\d+), token usage: (?P<usage>[0-9.]+), )?.*#queue-req: (?P<queue>\d+)")
 _RETRACT = re.compile(r"^KV cache pool is full\. Retract requests\. #retracted_reqs: (?P<reqs>\d+)")
 # The guide's reading of them: 5-8 GB left for activations is right, 10-20 GB means the static pool could be
 # larger; a pool used above 0.9 with requests queued is well used; a retraction means it was too small.
@@ -617,8 +618,9 @@ def signals(lines: list[str]) -> dict:
             out["decode_lines"] += 1
             for key, group, kind in (("token_usage_max", "usage", float), ("running_max", "running", int),
                                      ("queue_max", "queue", int)):
-                value = kind(found.group(group))
-                out[key] = value if out[key] is None else max(out[key], value)
+                if found.group(group) is not None:
+                    value = kind(found.group(group))
+                    out[key] = value if out[key] is None else max(out[key], value)
             continue
         found = _RETRACT.match(text)
         if found:

@@ -289,9 +289,6 @@ class Simulator:
         self.client_requests = 0
         self.running = 0  # generations in flight (GET /v1/loads)
         self.waiting = 0  # generations queued for a place in the batch
-        self.tokens_in_use = 0  # the running generations' prompt and output tokens (the KV pool's #token)
-        self.last_decode_log = 0.0  # when the last "Decode batch" line was logged, or the server last got busy
-        self.idle_since: float | None = 0.0
         self.admitted = threading.Condition(self.lock)
         self.plan: memory.MemoryPlan | None = None
         self.served_name = self.args.served_model_name or self.args.model_path
@@ -875,13 +872,7 @@ class Simulator:
                 self.admitted.wait()
             self.waiting -= 1
             self.running += 1
-            self.tokens_in_use += prompt_tokens + count
             batch = self.running
-            if self.idle_since is not None:
-                # decode steps are counted while the server runs requests: an idle second starts a new count
-                if time.monotonic() - self.idle_since > 1.0:
-                    self.last_decode_log = time.monotonic()
-                self.idle_since = None
         accept, per_token = self._speed(batch)
         started = time.monotonic()
         scale = self._generation_scale()
@@ -892,14 +883,9 @@ class Simulator:
                 schedule = stream_schedule(count, accept, per_token, self._performance().prefill_seconds)
                 for done in paced(schedule, started, scale):
                     emit(self._output(prompt, words, done, accept, time.monotonic() - started))
-                    self._log_decode(accept, per_token * scale)
         finally:
-            self._log_decode(accept, per_token * scale)
             with self.lock:
                 self.running -= 1
-                self.tokens_in_use -= prompt_tokens + count
-                if not self.running:
-                    self.idle_since = time.monotonic()
                 self.admitted.notify()
         self.last_gen_throughput = round(1 / per_token, 2)
         # /health's own generation is not counted: log_metrics=False (0.5.11 srt/entrypoints/http_server.py:537,547)
@@ -907,28 +893,6 @@ class Simulator:
             self.metrics.observe(prompt_tokens, count, self._performance().prefill_seconds, count * per_token,
                                  emit is not None)
         return self._output(prompt, words, count, accept, round(count * per_token, 4))
-
-    def _log_decode(self, accept: float, step_seconds: float) -> None:
-        """Real SGLang's "Decode batch" line once per decode_log_interval (40) decode steps of this
-        server's busy time (checked at each streamed step and at each generation's end): its running
-        requests, the KV pool's tokens in use and their share, the graph, the throughput, the queue
-        (0.5.11 observability/scheduler_metrics_mixin.py:512-566, the pool's part
-        managers/scheduler_runtime_checker_mixin.py:113-116; accept len and rate under speculative decoding)."""
-        now = time.monotonic()
-        with self.lock:
-            if not self.running or now - self.last_decode_log < 40 * step_seconds:
-                return
-            self.last_decode_log = now
-            running, waiting, tokens = self.running, self.waiting, self.tokens_in_use
-        total = self.plan.max_total_tokens if self.plan and self.plan.max_total_tokens else 0
-        usage = min(1.0, tokens / total) if total else 0.0
-        spec = ""
-        if self.args.speculative_algorithm:
-            rate = (accept - 1) / max(1, (self.num_draft_tokens or 4) - 1)
-            spec = f"accept len: {accept:.2f}, accept rate: {rate:.2f}, "
-        log(f"Decode batch, #running-req: {running}, #token: {min(tokens, total) if total else tokens}, "
-            f"token usage: {usage:.2f}, {spec}cuda graph: {bool(self.cuda_graph)}, "
-            f"gen throughput (token/s): {self.last_gen_throughput:.2f}, #queue-req: {waiting}", 0)
 
     def _generation_scale(self) -> float:
         """Generations' own time scale (the performance section's), else the host's."""

@@ -13,7 +13,7 @@ import pytest
 from sim_helpers import BALANCED, LAB, MODEL, NEXTN
 from sglang_simulator import server
 
-from ansible_collections.inferops.sglang.plugins.module_utils import _bench, _sglang_log
+from ansible_collections.inferops.sglang.plugins.module_utils import _bench
 from ansible_collections.inferops.sglang.plugins.module_utils._http import Client
 
 
@@ -161,7 +161,7 @@ def test_requests_past_max_running_requests_wait_in_the_queue(launch):
     """Four streams at once on a server that runs one at a time: three wait for their first token
     (what a tune reads as TTFT against max_running_requests), and the whole takes four times one."""
     perf = dict(PERFORMANCE, time_scale=1.0, prefill_seconds=0.05, step_seconds=0.01, batch_cost=0.0)
-    figures, signals = {}, {}
+    figures = {}
     for limit in (1, 4):
         server = launch([*MODEL, "--max-running-requests", str(limit)], host="ct200", gpus="0,1",
                         hw={"performance": perf})
@@ -171,13 +171,6 @@ def test_requests_past_max_running_requests_wait_in_the_queue(launch):
         server.proc.wait()
         assert result["ok"], result
         figures[limit] = result["figures"]
-        signals[limit] = _sglang_log.signals(server.output().splitlines())
     # one at a time: the last first token after three whole requests (3 x (0.05 + 19 x 0.01) = 0.72 s)
     assert figures[1]["ttft_p95"] > 0.6 > 0.2 > figures[4]["ttft_p95"]
     assert figures[4]["output_tokens_per_s"] > 2.5 * figures[1]["output_tokens_per_s"]
-    # and its log says so as real SGLang's does ("Decode batch" lines every 40 decode steps of busy time,
-    # read by _sglang_log.signals): one running and the rest queued behind the running-request limit; four at
-    # once never queue (their 0.24 s hold fewer than 40 steps: real SGLang would log no such line either)
-    assert signals[1]["decode_lines"] >= 1 and signals[1]["running_max"] == 1 and signals[1]["queue_max"] >= 1
-    assert any(r.startswith("requests queued") for r in signals[1]["reading"]), signals[1]
-    assert signals[4]["queue_max"] in (None, 0) and (signals[4]["running_max"] or 0) <= 4

@@ -240,10 +240,12 @@ RETRACT = (STAMP + "KV cache pool is full. Retract requests. #retracted_reqs: 2,
 
 
 def test_signals_read_the_summary_the_decode_lines_and_the_retractions_as_sglangs_guide_reads_them():
-    found = sglog.signals([SUMMARY_GPU, DECODE_IDLE, DECODE_SPEC, RETRACT, RETRACT, "[2026-12-01 10:00:01] Decode batch nonsense"])
+    found = sglog.signals([SUMMARY_GPU, DECODE_IDLE, DECODE_SPEC, RETRACT, RETRACT, "[2026-12-01 10:00:01] Decode batch nonsense",
+                           STAMP + "Decode batch. #running-req: 1, gen throughput (token/s): 51.23, #queue-req: 0"])
     assert (found["available_mem_gb"], found["device"], found["max_total_num_tokens"], found["max_running_requests"],
             found["context_len"]) == (12.41, "gpu", 412160, 48, 32768)
-    assert (found["decode_lines"], found["token_usage_max"], found["running_max"], found["queue_max"]) == (2, 0.97, 48, 17)
+    # 0.5.9's form ("Decode batch. ...", no pool part) is read too
+    assert (found["decode_lines"], found["token_usage_max"], found["running_max"], found["queue_max"]) == (3, 0.97, 48, 17)
     assert (found["retractions"], found["retracted_reqs"]) == (2, 4)
     said = " | ".join(found["reading"])
     assert "4 running request(s) were retracted (2 time(s))" in said
