@@ -592,14 +592,19 @@ def error_tail(lines: list[str], count: int = 4) -> list[str]:
 _SUMMARY = re.compile(r"^max_total_num_tokens=(?P<tokens>\d+), chunked_prefill_size=(?P<chunk>-?\d+|None), "
                       r".*?max_running_requests=(?P<running>\d+), context_len=(?P<context>\d+), "
                       r"available_(?P<device>gpu|cpu)_mem=(?P<mem>[0-9.]+) GB")
-# (0.5.9's line reads "Decode batch. #running-req: N, ..." and may carry no pool part: both are read.)
-_DECODE = re.compile(r"^Decode batch(?: \[\d+\])?[.,] #running-req: (?P<running>\d+), "
-                     r"(?:#token: (?P<tokens>\d+), token usage: (?P<usage>[0-9.]+), )?.*#queue-req: (?P<queue>\d+)")
+# The pool's part is "#token: N, token usage: X" (0.5.11), "token usage: X" alone (0.5.9
+# managers/scheduler_metrics_mixin.py:208), or for a hybrid model such as Qwen3.6's "full token usage: X, mamba
+# usage: Y" (0.5.9 :203-204; 0.5.11 managers/scheduler_runtime_checker_mixin.py) - the full-attention pool's
+# usage is read; a line with none of them still gives its running requests and queue.
+_DECODE = re.compile(r"^Decode batch(?: \[\d+\])?, #running-req: (?P<running>\d+), "
+                     r"(?:(?:#token: (?P<tokens>\d+), )?(?:full )?token usage: (?P<usage>[0-9.]+), )?.*#queue-req: (?P<queue>\d+)")
 _RETRACT = re.compile(r"^KV cache pool is full\. Retract requests\. #retracted_reqs: (?P<reqs>\d+)")
 # The guide's reading of them: 5-8 GB left for activations is right, 10-20 GB means the static pool could be
 # larger; a pool used above 0.9 with requests queued is well used; a retraction means it was too small.
 AVAILABLE_GB = (5.0, 8.0)
 FULL_USAGE = 0.9
+# What the scheduler's summary line gives, once per start.
+SUMMARY_KEYS = ("available_mem_gb", "device", "max_total_num_tokens", "max_running_requests", "context_len")
 
 
 def signals(lines: list[str]) -> dict:
@@ -636,37 +641,38 @@ def signals(lines: list[str]) -> dict:
     return out
 
 
-def reading(found: dict) -> list[str]:
-    """What SGLang's tuning guide makes of the signals, a phrase each."""
+def _readings(found: dict) -> list[tuple[str, bool]]:
+    """What SGLang's tuning guide makes of the signals, a phrase each, and whether it speaks against the
+    configuration (retractions; on a GPU, less memory left for activations than advised) rather than
+    describing its load."""
     said = []
     if found.get("retractions"):
-        said.append(f"the KV pool filled and {found['retracted_reqs']} running request(s) were retracted "
-                    f"({found['retractions']} time(s)): fewer running requests or a larger pool")
+        said.append((f"the KV pool filled and {found['retracted_reqs']} running request(s) were retracted "
+                     f"({found['retractions']} time(s)): fewer running requests or a larger pool", True))
     usage, queue = found.get("token_usage_max"), found.get("queue_max")
     if usage is not None and usage >= FULL_USAGE and queue:
-        said.append(f"the KV pool was full (token usage {usage:.2f}) with {queue} request(s) queued: it binds")
+        said.append((f"the KV pool was full (token usage {usage:.2f}) with {queue} request(s) queued: it binds", False))
     elif usage is not None and queue and usage < FULL_USAGE:
-        said.append(f"requests queued ({queue}) with the pool at {usage:.2f}: the running-request limit binds")
+        said.append((f"requests queued ({queue}) with the pool at {usage:.2f}: the running-request limit binds", False))
     mem = found.get("available_mem_gb")
     if mem is not None and found.get("device") == "gpu":
         low, high = AVAILABLE_GB
         if mem < low:
-            said.append(f"{mem:.2f} GB left for activations, under the {low:g}-{high:g} GB SGLang advises: "
-                        "a long prefill may run out of memory")
+            said.append((f"{mem:.2f} GB left for activations, under the {low:g}-{high:g} GB SGLang advises: "
+                         "a long prefill may run out of memory", True))
         elif mem > 10:
-            said.append(f"{mem:.2f} GB left for activations, above the {low:g}-{high:g} GB SGLang advises: "
-                        "mem_fraction_static could be larger")
+            said.append((f"{mem:.2f} GB left for activations, above the {low:g}-{high:g} GB SGLang advises: "
+                         "mem_fraction_static could be larger", False))
     return said
+
+
+def reading(found: dict) -> list[str]:
+    """What SGLang's tuning guide makes of the signals, a phrase each."""
+    return [text for text, _against in _readings(found)]
 
 
 def trouble(found: dict) -> list[str]:
     """The part of ``reading`` that speaks against a configuration rather than describing its load:
     retractions (its pool was too small for what it admitted) and, on a GPU, less memory left for
     activations than SGLang advises."""
-    said = []
-    if found.get("retractions"):
-        said.append(f"the KV pool filled and {found['retracted_reqs']} running request(s) were retracted")
-    mem = found.get("available_mem_gb")
-    if mem is not None and found.get("device") == "gpu" and mem < AVAILABLE_GB[0]:
-        said.append(f"{mem:.2f} GB left for activations, under the {AVAILABLE_GB[0]:g}-{AVAILABLE_GB[1]:g} GB SGLang advises")
-    return said
+    return [text for text, against in _readings(found) if against]

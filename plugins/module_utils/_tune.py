@@ -354,6 +354,11 @@ def score(entry: dict, goal: dict) -> tuple:
     return (0 if entry["missed"] else 1, float(ratio_of(measured).get("ratio") or 0.0))
 
 
+def precise(interval: dict) -> bool:
+    """Whether a ratio's interval is narrow enough to tell a difference of about a tenth (high / low at most PRECISION)."""
+    return bool(interval.get("low")) and interval.get("high") is not None and interval["high"] / interval["low"] <= PRECISION
+
+
 def trouble(entry: dict) -> list[str]:
     """What SGLang's log of a measured candidate says against it (_sglang_log.trouble: retractions, too
     little memory left for activations)."""
@@ -371,12 +376,9 @@ def ranked(entries, goal: dict) -> list[dict]:
         return order
     best = ratio_of(order[0]["measured"])
 
-    def narrow(interval: dict) -> bool:
-        return bool(interval.get("low")) and interval.get("high") is not None and interval["high"] / interval["low"] <= PRECISION
-
     def tied(entry: dict) -> bool:
         mine = ratio_of(entry["measured"])
-        return entry["missed"] == order[0]["missed"] and narrow(mine) and narrow(best) and mine["high"] >= best["low"]
+        return entry["missed"] == order[0]["missed"] and precise(mine) and precise(best) and mine["high"] >= best["low"]
     return sorted(order, key=lambda e: (score(e, goal)[0], tied(e) and not trouble(e), tied(e), score(e, goal)[1]),
                   reverse=True)
 
@@ -451,8 +453,7 @@ class Tune:
         budget's minutes run out; the pairs pooled, the comparison taken over all of them."""
         rounds = {side: list(result["rounds"][side]) for side in ("reference", "candidate")}
         while len(rounds["candidate"]) < MAX_PAIRS and not self._over_time(self.started):
-            interval = ratio_of(result)
-            if interval.get("low") and interval.get("high") and interval["high"] / interval["low"] <= PRECISION:
+            if precise(ratio_of(result)):
                 break
             more = self.trials.compare(dict(self.load, rounds=min(EXTRA_PAIRS, MAX_PAIRS - len(rounds["candidate"])),
                                             warmup=False))

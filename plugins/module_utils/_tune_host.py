@@ -46,6 +46,11 @@ def restore_timer(live_unit: str) -> str:
     return f"{live_unit.removesuffix('.service')}-tune-restore"
 
 
+def _cause(verdict: dict) -> str:
+    """A gate's failed verdict in a phrase: ``cuda_oom: CUDA out of memory ...``."""
+    return f"{verdict.get('cause') or verdict.get('failure')}: {verdict.get('cause_summary') or verdict.get('msg')}"
+
+
 class TrialError(Exception):
     """The trial units cannot be made as asked (nothing of the live service is touched)."""
 
@@ -128,22 +133,24 @@ class SystemTrials:
         os.makedirs(self._path(role) + ".d", mode=0o755, exist_ok=True)
         _state_files.write_atomic(self._dropin(role), f"{conflict}[Service]\nRestart=no\nExecStart=\n{line}\n", 0o644)
         self.host.systemctl("daemon-reload")
-        self.host.run_command(["systemctl", "reset-failed", "--", unit])
-        started = self.clock()
-        self.host.systemctl("start", "--", unit)
-        verdict = self.host.gate(trial["url"], None, float(self.gate.get("timeout", 900)),
-                                 float(self.gate.get("settle", 5)), unit=unit)
-        seconds = round(self.clock() - started, 2)
+        verdict, seconds = self._start_gated(unit, trial["url"])
         if verdict.get("ready"):
             # its start-up summary (available_gpu_mem) now, while its log is short
             self.started_signals[role] = self._log_signals(role)
             return {"ready": True, "seconds": seconds, "signals": {"server": verdict.get("server")}}
         self.stop(role)
-        return {"ready": False, "seconds": seconds, "verdict": verdict.get("failure"),
-                "cause": f"{verdict.get('cause') or verdict.get('failure')}: {verdict.get('cause_summary') or verdict.get('msg')}"}
+        return {"ready": False, "seconds": seconds, "verdict": verdict.get("failure"), "cause": _cause(verdict)}
 
     def stop(self, role: str) -> None:
         self.host.run_command(["systemctl", "stop", "--", self.trials[role]["unit"]])
+
+    def _start_gated(self, unit: str, url: str) -> tuple[dict, float]:
+        """``unit`` (a failed run's state cleared) started and gated on its own listener: (verdict, seconds)."""
+        self.host.run_command(["systemctl", "reset-failed", "--", unit])
+        started = self.clock()
+        self.host.systemctl("start", "--", unit)
+        verdict = self.host.gate(url, None, float(self.gate.get("timeout", 900)), float(self.gate.get("settle", 5)), unit=unit)
+        return verdict, round(self.clock() - started, 2)
 
     def _stop_live(self) -> None:
         """In place: the restore timer armed (a killed run's first disarmed), then the live unit stopped."""
@@ -166,15 +173,9 @@ class SystemTrials:
         """In place, after the trials: the live unit started again and proven by the readiness gate, the
         timer disarmed. TrialError when it does not come back (the timer stays armed: it tries again)."""
         unit, timer = self.live["unit"], restore_timer(self.live["unit"])
-        started = self.clock()
-        self.host.run_command(["systemctl", "reset-failed", "--", unit])
-        self.host.systemctl("start", "--", unit)
-        verdict = self.host.gate(self.live["url"], None, float(self.gate.get("timeout", 900)),
-                                 float(self.gate.get("settle", 5)), unit=unit)
-        seconds = round(self.clock() - started, 2)
+        verdict, seconds = self._start_gated(unit, self.live["url"])
         if not verdict.get("ready"):
-            raise TrialError(f"the live service {unit} did not come back after the tune in place: "
-                             f"{verdict.get('cause') or verdict.get('failure')}: {verdict.get('cause_summary') or verdict.get('msg')}")
+            raise TrialError(f"the live service {unit} did not come back after the tune in place: {_cause(verdict)}")
         self.host.run_command(["systemctl", "stop", "--", f"{timer}.timer"])
         self.live_stopped = False
         self.restored = {"unit": unit, "ready": True, "seconds": seconds, "msg": verdict.get("msg")}
@@ -196,7 +197,7 @@ class SystemTrials:
         the journal read's window)."""
         found = self._log_signals(role)
         started = self.started_signals.get(role) or {}
-        for key in ("available_mem_gb", "device", "max_total_num_tokens", "max_running_requests", "context_len"):
+        for key in _sglang_log.SUMMARY_KEYS:
             if found.get(key) is None and started.get(key) is not None:
                 found[key] = started[key]
         if found:

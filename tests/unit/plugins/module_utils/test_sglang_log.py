@@ -235,17 +235,23 @@ SUMMARY_GPU = (STAMP + "max_total_num_tokens=412160, chunked_prefill_size=8192, 
 DECODE_SPEC = (STAMP + "Decode batch, #running-req: 48, #token: 398112, token usage: 0.97, accept len: 2.81, "
                "accept rate: 0.60, cuda graph: True, gen throughput (token/s): 1523.40, #queue-req: 17")
 DECODE_IDLE = STAMP + "Decode batch, #running-req: 3, #token: 812, token usage: 0.00, cuda graph: True, gen throughput (token/s): 88.10, #queue-req: 0"
+HYBRID = (STAMP + "Decode batch, #running-req: 2, full token usage: 0.60, mamba usage: 0.40, cuda graph: True, "
+          "gen throughput (token/s): 60.00, #queue-req: 3, ")
 RETRACT = (STAMP + "KV cache pool is full. Retract requests. #retracted_reqs: 2, #new_tokens_gained: 5120, "
            "#new_token_ratio: 0.4100 -> 0.5300")
 
 
 def test_signals_read_the_summary_the_decode_lines_and_the_retractions_as_sglangs_guide_reads_them():
     found = sglog.signals([SUMMARY_GPU, DECODE_IDLE, DECODE_SPEC, RETRACT, RETRACT, "[2026-12-01 10:00:01] Decode batch nonsense",
-                           STAMP + "Decode batch. #running-req: 1, gen throughput (token/s): 51.23, #queue-req: 0"])
+                           # 0.5.9's pool part (managers/scheduler_metrics_mixin.py:208) and a hybrid model's (:203-204)
+                           STAMP + "Decode batch, #running-req: 1, token usage: 0.05, cuda graph: True, "
+                                   "gen throughput (token/s): 51.23, #queue-req: 0, ",
+                           HYBRID])
     assert (found["available_mem_gb"], found["device"], found["max_total_num_tokens"], found["max_running_requests"],
             found["context_len"]) == (12.41, "gpu", 412160, 48, 32768)
-    # 0.5.9's form ("Decode batch. ...", no pool part) is read too
-    assert (found["decode_lines"], found["token_usage_max"], found["running_max"], found["queue_max"]) == (3, 0.97, 48, 17)
+    # 0.5.9's form (no #token) and a hybrid model's (the full-attention pool's usage) are read too
+    assert (found["decode_lines"], found["token_usage_max"], found["running_max"], found["queue_max"]) == (4, 0.97, 48, 17)
+    assert sglog.signals([HYBRID])["token_usage_max"] == 0.6
     assert (found["retractions"], found["retracted_reqs"]) == (2, 4)
     said = " | ".join(found["reading"])
     assert "4 running request(s) were retracted (2 time(s))" in said
